@@ -1,0 +1,335 @@
+"""Scaled dot-product attention and multi-head attention.
+
+Shapes are batch-first: inputs ``[B, T, D]``, per-head tensors ``[B, H, T, head_dim]``,
+attention weights ``[B, H, Tq, Tk]``. Boolean masks mean **True = may attend**.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.nn.masks import _check_bool, causal_mask, combine_masks, expand_attention_mask, masked_fill_value
+from attnkit.nn.positional import RotaryEmbedding
+
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache"]
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    r"""softmax(q kᵀ / √d + mask) v, over any leading batch dims.
+
+    Args:
+        q: queries ``[..., Tq, d]``.
+        k: keys ``[..., Tk, d]``.
+        v: values ``[..., Tk, dv]``.
+        mask: boolean, **True = may attend**, broadcastable to ``[..., Tq, Tk]``.
+        is_causal: also apply a causal mask, aligned to the bottom right when ``Tq < Tk``
+            (the last query is the last key: right for cached decoding).
+        dropout_p: dropout on the attention weights (pass 0 in eval mode).
+        need_weights: also return the attention weights ``[..., Tq, Tk]`` (before dropout).
+        scale: defaults to ``1 / sqrt(d)``.
+
+    Returns:
+        ``(out [..., Tq, dv], weights or None)``. A query whose every key is masked gets an
+        output (and weights) of zeros, never NaN.
+
+    Without ``need_weights`` this runs the fused :func:`torch.nn.functional.scaled_dot_product_attention`
+    kernel; with it, the explicit computation that keeps the weights. Both give the same output.
+    """
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same feature size, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k_len != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+
+    fused_causal = False
+    if is_causal:
+        if mask is None and q_len == k_len and not need_weights:
+            fused_causal = True  # the kernel's own (upper-left aligned) causal mask is right when Tq == Tk
+        else:
+            mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
+
+    has_key: Tensor | None = None
+    if mask is not None:
+        _check_bool(mask, "mask")
+        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q_len, k_len)
+        try:
+            ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape}")
+        # A fully masked query row would give softmax(-inf...) = NaN. Let such rows attend
+        # everywhere (a harmless, finite computation) and zero their outputs afterwards.
+        has_key = mask.any(dim=-1, keepdim=True)
+        mask = mask | ~has_key
+
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=fused_causal, scale=scale
+        )
+        weights = None
+    else:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if mask is not None:
+            scores = scores.masked_fill(~mask, masked_fill_value(scores.dtype))
+        weights = torch.softmax(scores, dim=-1)
+        probs = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+        out = torch.matmul(probs.to(v.dtype), v)
+
+    if has_key is not None:
+        out = out.masked_fill(~has_key, 0.0)
+        if weights is not None:
+            weights = weights.masked_fill(~has_key, 0.0)
+    return out, weights
+
+
+class KVCache:
+    """Keys and values of one attention layer, kept across decoding steps.
+
+    Tensors are ``[B, H, T, head_dim]``. A *self-attention* cache grows by the new positions at
+    every call (stored in a buffer that doubles when full, so decoding costs no repeated copies);
+    a *static* cache (``static=True``, for cross-attention) is filled once from the encoder
+    memory and then reused as it is.
+    """
+
+    def __init__(self, static: bool = False) -> None:
+        self.static = static
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.length == 0
+
+    @property
+    def keys(self) -> Tensor | None:
+        return None if self._k is None else self._k[..., : self.length, :]
+
+    @property
+    def values(self) -> Tensor | None:
+        return None if self._v is None else self._v[..., : self.length, :]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``k, v`` (``[B, H, n, d]``) after what is cached; return all keys and values so far."""
+        n = k.shape[-2]
+        if self._k is None or self._v is None:
+            capacity = max(2 * n, 16)
+            self._k = k.new_empty(*k.shape[:-2], capacity, k.shape[-1])
+            self._v = v.new_empty(*v.shape[:-2], capacity, v.shape[-1])
+        elif self.length + n > self._k.shape[-2]:
+            capacity = max(2 * self._k.shape[-2], self.length + n)
+            self._k = _grow(self._k, self.length, capacity)
+            self._v = _grow(self._v, self.length, capacity)
+        end = self.length + n
+        self._k[..., self.length : end, :] = k
+        self._v[..., self.length : end, :] = v
+        self.length = end
+        return self._k[..., :end, :], self._v[..., :end, :]
+
+    def set(self, k: Tensor, v: Tensor) -> None:
+        """Fill a static cache (cross-attention keys/values of the encoder memory)."""
+        self._k, self._v, self.length = k, v, k.shape[-2]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (e.g. the surviving beams in beam search)."""
+        if self._k is not None and self._v is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+
+
+def _grow(buf: Tensor, length: int, capacity: int) -> Tensor:
+    new = buf.new_empty(*buf.shape[:-2], capacity, buf.shape[-1])
+    new[..., :length, :] = buf[..., :length, :]
+    return new
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: ``Attention(x Wq, m Wk, m Wv)`` per head, concatenated, times ``Wo``.
+
+    Self-attention (``memory=None``) computes queries, keys and values with one fused
+    projection; cross-attention takes keys and values from ``memory`` (any length).
+
+    Args:
+        embed_dim: model width ``D`` of the queries' input and of the output.
+        num_heads: number of heads ``H``.
+        head_dim: width of each head; defaults to ``embed_dim // num_heads``. "Wide" heads
+            (each of the full width) are ``head_dim=embed_dim``.
+        kdim, vdim: feature sizes of the memory used for keys / values (default ``embed_dim``).
+        bias: use biases in the projections.
+        dropout: dropout on the attention weights (training only).
+        rotary: a :class:`RotaryEmbedding` applied to queries and keys in self-attention.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        head_dim: int | None = None,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rotary: RotaryEmbedding | None = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}")
+        if head_dim is None:
+            if embed_dim % num_heads != 0:
+                divisors = [h for h in range(1, embed_dim + 1) if embed_dim % h == 0]
+                raise ValueError(
+                    f"num_heads ({num_heads}) must divide embed_dim ({embed_dim}); choose num_heads in "
+                    f"{divisors[:12]}{'...' if len(divisors) > 12 else ''}, or set head_dim explicitly"
+                )
+            head_dim = embed_dim // num_heads
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if rotary is not None and rotary.dim != head_dim:
+            raise ValueError(f"rotary embedding has dim {rotary.dim}; it must equal head_dim ({head_dim})")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.dropout = dropout
+        self.rotary = rotary
+        inner = num_heads * head_dim
+        self._same_dims = self.kdim == embed_dim and self.vdim == embed_dim
+        if self._same_dims:
+            self.in_proj = nn.Linear(embed_dim, 3 * inner, bias=bias)
+        else:
+            self.q_proj = nn.Linear(embed_dim, inner, bias=bias)
+            self.k_proj = nn.Linear(self.kdim, inner, bias=bias)
+            self.v_proj = nn.Linear(self.vdim, inner, bias=bias)
+        self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weights (each of Wq, Wk, Wv, Wo on its own), zero biases."""
+        inner = self.num_heads * self.head_dim
+        projections = [self.in_proj] if self._same_dims else [self.q_proj, self.k_proj, self.v_proj]
+        for proj in projections:
+            for chunk in proj.weight.data.split(inner, dim=0):
+                nn.init.xavier_uniform_(chunk)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
+
+        Args:
+            x: queries' input ``[B, Tq, embed_dim]``.
+            memory: keys'/values' input ``[B, Tk, kdim]``; ``None`` for self-attention.
+            attn_mask: True = may attend; ``[Tq, Tk]``, ``[B, Tq, Tk]`` or ``[B, H, Tq, Tk]``.
+            key_padding_mask: True = real key, False = padding; ``[B, Tk]`` (with a cache, ``Tk``
+                counts the cached positions too).
+            is_causal: causal self-attention (bottom-right aligned when a cache holds the past).
+            need_weights: return the attention weights ``[B, H, Tq, Tk]``.
+            cache: a :class:`KVCache`; self-attention appends the new keys/values to it, a static
+                cache (cross-attention) is filled on the first call and reused afterwards.
+
+        Returns:
+            ``(out [B, Tq, embed_dim], weights [B, H, Tq, Tk] or None)``.
+        """
+        _check_input(x, self.embed_dim, "x")
+        batch, q_len, _ = x.shape
+        inner = self.num_heads * self.head_dim
+        reuse_static = cache is not None and cache.static and not cache.empty
+
+        if memory is None and not reuse_static:
+            if cache is not None and cache.static:
+                raise ValueError("a static (cross-attention) KVCache needs `memory` on its first call")
+            if not self._same_dims:
+                raise ValueError("this MultiHeadAttention has kdim/vdim != embed_dim: pass `memory` (cross-attention)")
+            q, k, v = self._heads(self.in_proj(x), batch, q_len, parts=3).unbind(0)
+        else:
+            if self._same_dims:
+                w_q, w_kv = self.in_proj.weight.split([inner, 2 * inner])
+                b_q, b_kv = (None, None) if self.in_proj.bias is None else self.in_proj.bias.split([inner, 2 * inner])
+                q = self._heads(F.linear(x, w_q, b_q), batch, q_len, parts=1)[0]
+            else:
+                q = self._heads(self.q_proj(x), batch, q_len, parts=1)[0]
+            if reuse_static:
+                assert cache is not None
+                k, v = cache.keys, cache.values  # type: ignore[assignment]
+            else:
+                assert memory is not None
+                _check_input(memory, self.kdim, "memory")
+                if memory.shape[0] != batch:
+                    raise ValueError(f"memory has batch size {memory.shape[0]} but x has {batch}")
+                if self._same_dims:
+                    k, v = self._heads(F.linear(memory, w_kv, b_kv), batch, memory.shape[1], parts=2).unbind(0)
+                else:
+                    if self.kdim != self.vdim:
+                        raise ValueError("kdim != vdim: pass keys and values through `memory` of one feature size")
+                    k = self._heads(self.k_proj(memory), batch, memory.shape[1], parts=1)[0]
+                    v = self._heads(self.v_proj(memory), batch, memory.shape[1], parts=1)[0]
+
+        is_self = memory is None and not reuse_static
+        if self.rotary is not None and is_self:
+            offset = cache.length if cache is not None else 0
+            q = self.rotary(q, offset=offset)
+            k = self.rotary(k, offset=offset)
+        if cache is not None:
+            if cache.static:
+                if not reuse_static:
+                    cache.set(k, v)
+            else:
+                k, v = cache.append(k, v)
+
+        k_len = k.shape[-2]
+        mask = expand_attention_mask(
+            attn_mask, key_padding_mask, batch=batch, q_len=q_len, k_len=k_len, num_heads=self.num_heads
+        )
+        out, weights = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+        )
+        out = out.transpose(1, 2).reshape(batch, q_len, inner)
+        return self.out_proj(out), weights
+
+    def _heads(self, projected: Tensor, batch: int, length: int, parts: int) -> Tensor:
+        """``[B, T, parts * H * hd]`` -> ``[parts, B, H, T, hd]``."""
+        return projected.view(batch, length, parts, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+
+
+def _check_input(x: Tensor, width: int, name: str) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"{name} must be [batch, seq, features], got shape {tuple(x.shape)}")
+    if x.shape[-1] != width:
+        raise ValueError(f"{name} has {x.shape[-1]} features (shape {tuple(x.shape)}), expected {width}")
