@@ -1,3 +1,18 @@
 """attnkit: build, train, inspect and tune Transformer models with PyTorch and Lightning."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "load_run", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import attnkit.nn` must not pull in Lightning.
+    if name in ("train", "load_run"):
+        from attnkit import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'attnkit' has no attribute {name!r}")

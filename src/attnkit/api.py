@@ -1,0 +1,65 @@
+"""attnkit from Python: ``attnkit.train("reverse", trainer={"max_epochs": 2})``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnkit.config import ConfigError, load_yaml, merge, validate_config
+from attnkit.tasks import get_task
+from attnkit.tasks.base import TaskConfig
+from attnkit.tasks.runner import TrainResult, fit, load_run
+
+__all__ = ["build_config", "load_run", "train"]
+
+
+def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = merge(node.get(parts[-1], {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def build_config(
+    task: str, config: str | Path | dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
+) -> TaskConfig:
+    """The task's defaults, updated by a YAML file (or dict) and then by overrides; validated."""
+    spec = get_task(task)
+    data: dict[str, Any] = {}
+    source = f"{task} config"
+    if isinstance(config, dict):
+        data = config
+    elif config is not None:
+        data = load_yaml(config)
+        source = f"config {config}"
+    if overrides:
+        data = merge(data, _expand_dotted(overrides))
+    cfg = validate_config(spec.config_cls, data, source=source)
+    assert isinstance(cfg, TaskConfig)
+    return cfg
+
+
+def train(
+    task: str,
+    config: str | Path | dict[str, Any] | None = None,
+    *,
+    resume: str | Path | None = None,
+    **overrides: Any,
+) -> TrainResult:
+    """Train a task and return the trained model, its metrics and its run folder.
+
+    Overrides are sections (``trainer={"max_epochs": 2}``) or dotted keys
+    (``**{"optim.lr": 1e-3}``). With ``resume`` (a run folder) training continues from its last
+    checkpoint with the run's own config (overrides still apply, e.g. more epochs).
+    """
+    if resume is not None:
+        saved = Path(resume) / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"cannot resume {resume}: it has no config.yaml (is it a run folder?)")
+        config = merge(load_yaml(saved), config if isinstance(config, dict) else {})
+    cfg = build_config(task, config, overrides)
+    return fit(get_task(task), cfg, resume=resume)

@@ -1,0 +1,123 @@
+"""Config files and overrides: YAML -> validated, typed task configs, with errors that name the key."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["ConfigError", "allowed_keys", "load_yaml", "merge", "parse_overrides", "validate_config"]
+
+
+class ConfigError(ValueError):
+    """A config file, key or value that is not valid; the message says which and what is allowed."""
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["model.d_model=64", "--optim.lr", "1e-3", "--trainer.max_epochs=2"]`` -> a nested dict.
+
+    Values are parsed as YAML scalars (``64`` -> int, ``1e-3`` -> float, ``null`` -> None).
+    """
+    out: dict[str, Any] = {}
+    items = list(items)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        key = item[2:] if item.startswith("--") else item
+        if "=" in key:
+            key, raw = key.split("=", 1)
+        elif item.startswith("--") and i + 1 < len(items) and not items[i + 1].startswith("--"):
+            raw = items[i + 1]
+            i += 1
+        else:
+            raise ConfigError(f"cannot read override {item!r}: write key=value or --key value (e.g. optim.lr=1e-3)")
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        # YAML 1.1 reads "1e-3" as a string: accept it as a float.
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        node = out
+        parts = key.replace("-", "_").split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
+        node[parts[-1]] = value
+        i += 1
+    return out
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``update`` wins."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def allowed_keys(model: type, loc: tuple[Any, ...]) -> list[str] | None:
+    """Field names of the (nested) config class at ``loc``, or None when unknown."""
+    cls: Any = model
+    for part in loc:
+        fields = _fields(cls)
+        if fields is None or part not in fields:
+            return None
+        cls = fields[part]
+    fields = _fields(cls)
+    return sorted(fields) if fields is not None else None
+
+
+def _fields(cls: Any) -> dict[str, Any] | None:
+    for arg in typing.get_args(cls) or (cls,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return {name: f.annotation for name, f in arg.model_fields.items()}
+        if dataclasses.is_dataclass(arg):
+            hints = typing.get_type_hints(arg)
+            return {f.name: hints.get(f.name) for f in dataclasses.fields(arg)}
+    return None
+
+
+def validate_config(config_cls: type[BaseModel], data: dict[str, Any], *, source: str = "config") -> BaseModel:
+    """Validate ``data`` into ``config_cls``; on failure a :class:`ConfigError` listing every bad key."""
+    try:
+        return config_cls.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = tuple(e["loc"])
+            key = ".".join(str(p) for p in loc) or "(top level)"
+            if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+                allowed = allowed_keys(config_cls, loc[:-1])
+                hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+                lines.append(f"  {key}: unknown key{hint}")
+            else:
+                msg = e["msg"].removeprefix("Value error, ")
+                got = f" (got {e['input']!r})" if e["type"] not in ("value_error", "missing") else ""
+                lines.append(f"  {key}: {msg}{got}")
+        raise ConfigError(f"invalid {source}:\n" + "\n".join(lines)) from None

@@ -1,0 +1,38 @@
+"""Tokenizers, datasets and data modules; real file formats, tested on small generated files."""
+
+from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, reverse_sequences
+from attnkit.data.text import (
+    PAD,
+    UNK,
+    ClassifyDataConfig,
+    TextClassificationDataModule,
+    TextSplits,
+    WordTokenizer,
+    collate_text_batch,
+    generate_synthetic_corpus,
+    load_imdb,
+    load_splits,
+    load_table,
+    read_table,
+    stratified_split,
+)
+
+__all__ = [
+    "PAD",
+    "UNK",
+    "BatchedTensorDataset",
+    "ClassifyDataConfig",
+    "ReverseDataConfig",
+    "ReverseDataModule",
+    "TextClassificationDataModule",
+    "TextSplits",
+    "WordTokenizer",
+    "collate_text_batch",
+    "generate_synthetic_corpus",
+    "load_imdb",
+    "load_splits",
+    "load_table",
+    "read_table",
+    "reverse_sequences",
+    "stratified_split",
+]

@@ -1,0 +1,109 @@
+"""Built-in synthetic data: the reverse task (no download)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+__all__ = ["BatchedTensorDataset", "ReverseDataConfig", "ReverseDataModule", "identity_collate", "reverse_sequences"]
+
+
+class BatchedTensorDataset(Dataset):
+    """Tensors indexed along dim 0; a whole batch is fetched with one indexing op (``__getitems__``),
+    not item by item, so loading costs nothing next to the model."""
+
+    def __init__(self, *tensors: Tensor) -> None:
+        if not tensors or any(t.shape[0] != tensors[0].shape[0] for t in tensors):
+            raise ValueError("tensors must be non-empty and share their first dimension")
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
+        return tuple(t[index] for t in self.tensors)
+
+    def __getitems__(self, indices: list[int]) -> tuple[Tensor, ...]:
+        idx = torch.as_tensor(indices)
+        return tuple(t[idx] for t in self.tensors)
+
+
+def identity_collate(batch: Any) -> Any:
+    """Collate for :class:`BatchedTensorDataset`: the batch is already stacked."""
+    return batch
+
+
+@dataclass
+class ReverseDataConfig:
+    """Random sequences of ``num_categories`` symbols; the label is the sequence reversed."""
+
+    num_categories: int = 10
+    seq_len: int = 16
+    train_size: int = 50000
+    val_size: int = 1000
+    test_size: int = 10000
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        for name in ("num_categories", "seq_len", "train_size", "val_size", "test_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_categories < 2:
+            raise ValueError(f"data.num_categories must be >= 2, got {self.num_categories}")
+
+
+def reverse_sequences(size: int, seq_len: int, num_categories: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``(inputs [size, seq_len], labels [size, seq_len])`` int64; labels are inputs reversed."""
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randint(num_categories, (size, seq_len), generator=generator)
+    return inputs, inputs.flip(-1)
+
+
+class ReverseDataModule(L.LightningDataModule):
+    """Train/val/test splits of the reverse task, each from its own seed. Batches are
+    ``(inputs [B, T], labels [B, T])`` of symbol ids."""
+
+    def __init__(self, cfg: ReverseDataConfig, batch_size: int = 128, num_workers: int = 0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.splits: dict[str, BatchedTensorDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        c = self.cfg
+        sizes = {"train": c.train_size, "val": c.val_size, "test": c.test_size}
+        for offset, (split, size) in enumerate(sizes.items()):
+            self.splits[split] = BatchedTensorDataset(
+                *reverse_sequences(size, c.seq_len, c.num_categories, c.seed + offset)
+            )
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=identity_collate,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def artifacts(self) -> dict[str, Any]:
+        return {"data": asdict(self.cfg)}

@@ -1,0 +1,87 @@
+"""The reverse task: predict a random sequence of symbols in reverse order."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit.data.synthetic import ReverseDataConfig, ReverseDataModule
+from attnkit.models import PredictorConfig
+from attnkit.models.config import EncoderConfig
+from attnkit.tasks.base import Task, TaskConfig
+from attnkit.training.config import OptimConfig, TrainerConfig
+from attnkit.training.module import TaskModule
+
+__all__ = ["ReverseConfig", "ReverseModule", "ReverseTask"]
+
+
+class ReverseModelConfig(EncoderConfig):
+    """The tutorial's model: width 32, one head, one layer, no dropout."""
+
+    d_model: int = 32
+    num_heads: int = 1
+    num_layers: int = 1
+    dim_feedforward: int = 64
+    dropout: float = 0.0
+    positional: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
+
+
+class ReverseConfig(TaskConfig):
+    model: ReverseModelConfig = ReverseModelConfig()
+    data: ReverseDataConfig = ReverseDataConfig()
+    optim: OptimConfig = OptimConfig(lr=5e-4, warmup=50, gradient_clip_val=5.0)
+    trainer: TrainerConfig = TrainerConfig(max_epochs=10, batch_size=128)
+
+
+class ReverseModule(TaskModule):
+    """One-hot symbols in, a class per position out; cross-entropy over all positions."""
+
+    def forward(self, inputs: Tensor) -> Tensor:  # type: ignore[override]
+        num_categories = self.model.config.input_dim
+        return self.model(F.one_hot(inputs, num_categories).float())
+
+    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+        inputs, labels = batch
+        logits = self(inputs)
+        logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+        return F.cross_entropy(logits, labels), logits, labels
+
+
+class ReverseTask(Task):
+    name = "reverse"
+    summary = "reverse random sequences of symbols (per-element prediction, built-in data)"
+    config_cls = ReverseConfig
+    module_cls = ReverseModule
+
+    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> ReverseDataModule:
+        return ReverseDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
+
+    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+        n = cfg.data.num_categories
+        model = PredictorConfig(**cfg.model.model_dump(), input_dim=n, num_outputs=n)
+        return "predictor", model.model_dump(), n
+
+    def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
+        n = module.model.config.input_dim
+        seq_len = module.hparams["config"]["data"]["seq_len"]
+        out = []
+        for text in inputs:
+            try:
+                symbols = [int(tok) for tok in text.replace(",", " ").split()]
+            except ValueError:
+                raise ValueError(
+                    f"reverse: input {text!r} must be integers separated by spaces, e.g. '3 1 4 1 5'"
+                ) from None
+            if not symbols or min(symbols) < 0 or max(symbols) >= n:
+                raise ValueError(f"reverse: symbols must be integers in [0, {n}), got {text!r}")
+            if len(symbols) != seq_len:
+                raise ValueError(
+                    f"reverse: this model was trained on sequences of {seq_len} symbols, got {len(symbols)}"
+                )
+            with torch.no_grad():
+                pred = module(torch.tensor([symbols])).argmax(-1)[0]
+            out.append(" ".join(str(int(s)) for s in pred))
+        return out

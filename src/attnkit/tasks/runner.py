@@ -1,0 +1,254 @@
+"""Running tasks: train (and resume), evaluate and load runs.
+
+A run lives in ``<output_dir>/<task>/<run-id>/``: ``config.yaml`` (the resolved config),
+``checkpoints/best.ckpt`` and ``last.ckpt``, ``logs/`` (TensorBoard and CSV) and
+``metrics.json`` (final validation and test figures).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+import attnkit
+from attnkit.config import ConfigError, validate_config
+from attnkit.tasks.base import Task, TaskConfig
+from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
+from attnkit.training.module import TaskModule
+
+__all__ = ["LoadedRun", "TrainResult", "evaluate", "fit", "load_run", "resolve_checkpoint"]
+
+RUN_DIR_ENV = "ATTNKIT_RUN_DIR"  # shared with the processes Lightning's DDP launcher starts
+
+
+@dataclass
+class TrainResult:
+    """What :func:`fit` returns: the trained module (best checkpoint), its model, the metrics and the run folder."""
+
+    module: TaskModule
+    metrics: dict[str, float]
+    run_dir: Path
+    wall_time_s: float = 0.0
+    best_checkpoint: Path | None = None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.module.model
+
+
+@dataclass
+class LoadedRun:
+    task: Task
+    config: TaskConfig
+    module: TaskModule
+    checkpoint: Path
+    run_dir: Path | None = None
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+class StepCheckpoint(Callback):
+    """Write ``last.ckpt`` every ``every_n_steps`` optimiser steps, so a killed run loses little."""
+
+    def __init__(self, path: Path, every_n_steps: int) -> None:
+        self.path = path
+        self.every_n_steps = every_n_steps
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        step = trainer.global_step
+        if step > 0 and step % self.every_n_steps == 0:
+            trainer.save_checkpoint(self.path)
+
+
+def _quiet_lightning() -> None:
+    """Keep Lightning's start-up chatter (tips, device lines, checkpoint notes) out of the user's way."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors.checkpoint_connector"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    warnings.filterwarnings(
+        "ignore", message=r".*The number of training batches .* is smaller than the logging interval.*"
+    )
+
+
+def _is_rank_zero() -> bool:
+    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+
+
+def _new_run_dir(task: Task, cfg: TaskConfig) -> Path:
+    if os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV])
+    root = Path(cfg.output_dir) / task.name
+    name = cfg.name or datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = root / name
+    if cfg.name is None:
+        suffix = 1
+        while run_dir.exists():
+            suffix += 1
+            run_dir = root / f"{name}-{suffix}"
+    elif (run_dir / "checkpoints").exists():
+        raise ConfigError(
+            f"run folder {run_dir} already exists: choose another name, or continue it with --resume {run_dir}"
+        )
+    return run_dir
+
+
+def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logger: Any) -> L.Trainer:
+    t = cfg.trainer
+    return L.Trainer(
+        default_root_dir=run_dir,
+        max_epochs=t.max_epochs,
+        accelerator=t.accelerator,
+        devices=t.devices,
+        strategy=t.strategy,
+        precision=t.precision,  # type: ignore[arg-type]
+        gradient_clip_val=cfg.optim.gradient_clip_val,
+        log_every_n_steps=t.log_every_n_steps,
+        limit_train_batches=t.limit_train_batches,
+        deterministic=t.deterministic,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        logger=logger,
+        plugins=[AtomicCheckpointIO()],
+    )
+
+
+def fit(task: Task, cfg: TaskConfig, *, resume: str | Path | None = None) -> TrainResult:
+    """Train ``task`` with ``cfg``; with ``resume`` (a run folder) continue from its ``last.ckpt``."""
+    start = time.perf_counter()
+    _quiet_lightning()
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    ckpt_path: Path | None = None
+    if resume is not None:
+        run_dir = Path(resume)
+        ckpt_path = run_dir / "checkpoints" / "last.ckpt"
+        if not ckpt_path.is_file():
+            raise CheckpointError(f"cannot resume {run_dir}: it has no checkpoints/last.ckpt")
+        saved = load_checkpoint_file(ckpt_path)
+        _check_task(saved, task, ckpt_path)
+    else:
+        run_dir = _new_run_dir(task, cfg)
+    os.environ[RUN_DIR_ENV] = str(run_dir)
+
+    datamodule = task.build_datamodule(cfg)
+    datamodule.setup("fit")
+    model_name, model_config, num_classes = task.model_spec(cfg, datamodule)
+    artifacts = datamodule.artifacts() if hasattr(datamodule, "artifacts") else {}
+    module = task.module_cls(
+        task=task.name,
+        config=cfg.model_dump(mode="json"),
+        model={"name": model_name, "config": model_config},
+        artifacts=artifacts,
+        num_classes=num_classes,
+        attnkit_version=attnkit.__version__,
+    )
+    if _is_rank_zero():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+    ckpt_dir = run_dir / "checkpoints"
+    best = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="best",
+        monitor="val/acc",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+        enable_version_counter=False,
+        auto_insert_metric_name=False,
+    )
+    callbacks: list[Callback] = [best, LearningRateMonitor(logging_interval="step")]
+    if cfg.trainer.checkpoint_every_n_steps:
+        callbacks.append(StepCheckpoint(ckpt_dir / "last.ckpt", cfg.trainer.checkpoint_every_n_steps))
+    if cfg.trainer.early_stopping_patience:
+        callbacks.append(EarlyStopping(monitor="val/acc", mode="max", patience=cfg.trainer.early_stopping_patience))
+    loggers = [
+        TensorBoardLogger(save_dir=run_dir, name="logs", version="tensorboard", default_hp_metric=False),
+        CSVLogger(save_dir=run_dir, name="logs", version="csv"),
+    ]
+    trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=loggers)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+
+    best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
+    val = trainer.validate(module, datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
+    test = trainer.test(module, datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
+    metrics = {**(val[0] if val else {}), **(test[0] if test else {})}
+    metrics = {k: float(v) for k, v in metrics.items() if not k.endswith("_epoch")}
+    wall = time.perf_counter() - start
+    if trainer.is_global_zero:
+        write_json_atomic(
+            run_dir / "metrics.json",
+            {"task": task.name, "metrics": metrics, "best_checkpoint": str(best_path), "epochs": trainer.current_epoch},
+        )
+    return TrainResult(module=module, metrics=metrics, run_dir=run_dir, wall_time_s=wall, best_checkpoint=best_path)
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
+    """A run folder (-> its best checkpoint, else last) or a checkpoint file -> ``(checkpoint, run folder)``."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("best.ckpt", "last.ckpt"):
+            candidate = path / "checkpoints" / name
+            if candidate.is_file():
+                return candidate, path
+        raise CheckpointError(f"{path} is not a run folder with checkpoints (expected {path}/checkpoints/best.ckpt)")
+    if not path.exists():
+        raise CheckpointError(f"no run folder or checkpoint file at {path}")
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    return path, run_dir
+
+
+def _check_task(checkpoint: dict[str, Any], task: Task | None, path: Path) -> dict[str, Any]:
+    hparams = checkpoint.get("hyper_parameters")
+    if not isinstance(hparams, dict) or "task" not in hparams or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is not an attnkit checkpoint (no attnkit hyper-parameters or weights)")
+    if task is not None and hparams["task"] != task.name:
+        raise CheckpointError(f"{path} is a checkpoint of task {hparams['task']!r}, not {task.name!r}")
+    major = str(hparams.get("attnkit_version", "0")).split(".")[0]
+    if major != attnkit.__version__.split(".")[0]:
+        raise CheckpointError(
+            f"{path} was written by attnkit {hparams.get('attnkit_version')}, incompatible with {attnkit.__version__}"
+        )
+    return hparams
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """Rebuild a trained module from a run folder or checkpoint file alone."""
+    from attnkit.tasks import get_task
+
+    ckpt, run_dir = resolve_checkpoint(path)
+    checkpoint = load_checkpoint_file(ckpt)
+    hparams = _check_task(checkpoint, None, ckpt)
+    task = get_task(hparams["task"])
+    cfg = validate_config(task.config_cls, hparams["config"], source=f"config stored in {ckpt}")
+    try:
+        module = task.module_cls(**hparams)
+        module.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{ckpt} does not fit the model it describes: {err}") from err
+    module.eval()
+    return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)  # type: ignore[arg-type]
+
+
+def evaluate(path: str | Path) -> dict[str, float]:
+    """Test a trained run on its task's test split; returns the test metrics."""
+    _quiet_lightning()
+    run = load_run(path)
+    datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
+    trainer = _trainer(run.config, Path(run.run_dir or "."), callbacks=[], logger=False)
+    result = trainer.test(run.module, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in (result[0] if result else {}).items()}

@@ -1,0 +1,43 @@
+"""Training configuration sections shared by every task."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from attnkit.models.config import StrictModel
+
+__all__ = ["OptimConfig", "TrainerConfig"]
+
+
+class OptimConfig(StrictModel):
+    """Optimiser and learning-rate schedule."""
+
+    optimizer: Literal["adam", "adamw"] = "adam"
+    lr: float = Field(5e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    warmup: int = Field(50, ge=0, description="linear warm-up steps (batches)")
+    max_iters: int | None = Field(None, gt=0, description="cosine period in steps; default epochs x batches")
+    gradient_clip_val: float | None = Field(5.0, gt=0.0, description="clip the gradient norm; null to disable")
+
+
+class TrainerConfig(StrictModel):
+    """What Lightning's Trainer is given, plus batch size and checkpointing."""
+
+    max_epochs: int = Field(10, gt=0)
+    batch_size: int = Field(128, gt=0)
+    accelerator: str = "auto"
+    devices: int | str = "auto"
+    strategy: str = "auto"
+    precision: str = "32-true"
+    num_workers: int = Field(0, ge=0, description="data loader worker processes")
+    threads: int | None = Field(None, gt=0, description="torch threads per process (1 is best on a busy machine)")
+    early_stopping_patience: int | None = Field(None, gt=0, description="epochs without improvement before stopping")
+    checkpoint_every_n_steps: int | None = Field(
+        200, gt=0, description="also write last.ckpt every N steps, so a killed run resumes mid-epoch"
+    )
+    log_every_n_steps: int = Field(50, gt=0)
+    limit_train_batches: int | float | None = Field(None, gt=0)
+    deterministic: bool = False
+    progress_bar: bool = True
