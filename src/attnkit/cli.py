@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def train(ctx: click.Context, task: str, config_file: str | None, resume: str | 
 
 
 def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, best: Path | None) -> None:
+    if int(os.environ.get("LOCAL_RANK", 0)) != 0 or int(os.environ.get("NODE_RANK", 0)) != 0:
+        return  # one summary, from the first process of a multi-process run
     click.echo("")
     click.secho(f"{task}: finished in {wall:.1f} s", bold=True)
     for split in ("val", "test"):

@@ -1,5 +1,12 @@
 """Tokenizers, datasets and data modules; real file formats, tested on small generated files."""
 
+from attnkit.data.sets import (
+    AnomalyDataConfig,
+    ItemFeatures,
+    SetAnomalyDataModule,
+    SetAnomalyDataset,
+    load_item_features,
+)
 from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, reverse_sequences
 from attnkit.data.text import (
     PAD,
@@ -20,16 +27,21 @@ from attnkit.data.text import (
 __all__ = [
     "PAD",
     "UNK",
+    "AnomalyDataConfig",
     "BatchedTensorDataset",
     "ClassifyDataConfig",
+    "ItemFeatures",
     "ReverseDataConfig",
     "ReverseDataModule",
+    "SetAnomalyDataModule",
+    "SetAnomalyDataset",
     "TextClassificationDataModule",
     "TextSplits",
     "WordTokenizer",
     "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
+    "load_item_features",
     "load_splits",
     "load_table",
     "read_table",

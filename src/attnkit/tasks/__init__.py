@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from attnkit.tasks.anomaly import AnomalyTask
 from attnkit.tasks.base import Task, TaskConfig
 from attnkit.tasks.classify import ClassifyTask
 from attnkit.tasks.reverse import ReverseTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (ReverseTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (ReverseTask(), AnomalyTask(), ClassifyTask())}
 
 
 def get_task(name: str) -> Task:

@@ -140,9 +140,20 @@ def fit(task: Task, cfg: TaskConfig, *, resume: str | Path | None = None) -> Tra
             raise CheckpointError(f"cannot resume {run_dir}: it has no checkpoints/last.ckpt")
         saved = load_checkpoint_file(ckpt_path)
         _check_task(saved, task, ckpt_path)
+        for stale in ckpt_path.parent.glob(".*.tmp"):  # left by a process killed while writing
+            stale.unlink(missing_ok=True)
     else:
         run_dir = _new_run_dir(task, cfg)
-    os.environ[RUN_DIR_ENV] = str(run_dir)
+    inherited = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(run_dir)  # the processes a DDP launcher starts write to the same run
+    try:
+        return _fit_in(task, cfg, run_dir, ckpt_path, start)
+    finally:
+        if inherited is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+
+
+def _fit_in(task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, start: float) -> TrainResult:
 
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
