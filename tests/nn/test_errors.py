@@ -60,9 +60,10 @@ def test_two_dimensional_x(mha: MultiHeadAttention) -> None:
 
 
 def test_memory_batch_mismatch(mha: MultiHeadAttention) -> None:
-    with pytest.raises(ValueError, match=r"memory has batch size 3 but x has 2"):
+    expected = r"memory has batch size 3 \(shape \(3, 4, 8\)\) but x has 2 \(shape \(2, 5, 8\)\)"
+    with pytest.raises(ValueError, match=expected):
         mha(torch.randn(2, 5, 8), torch.randn(3, 4, 8))
-    with pytest.raises(ValueError, match=r"memory has batch size 1 but x has 2"):
+    with pytest.raises(ValueError, match=r"memory has batch size 1 .* but x has 2"):
         TransformerDecoder(1, 8, 2)(torch.randn(2, 3, 8), torch.randn(1, 4, 8))
 
 
@@ -156,3 +157,22 @@ def test_decoder_cache_from_another_decoder() -> None:
         TransformerDecoder(1, 8, 2)(
             torch.randn(1, 3, 8), torch.randn(1, 3, 8), cache=TransformerDecoder(2, 8, 2).new_cache()
         )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"tgt_mask": torch.ones(3, 3, dtype=torch.bool)}, "tgt_mask"),
+        ({"tgt_key_padding_mask": torch.ones(2, 4, dtype=torch.bool)}, "tgt_key_padding_mask"),
+        ({"memory_mask": torch.ones(5, 5, dtype=torch.bool)}, "memory_mask"),
+        ({"memory_key_padding_mask": torch.ones(2, 5, dtype=torch.bool)}, "memory_key_padding_mask"),
+        ({"memory_key_padding_mask": torch.ones(2, 7)}, "memory_key_padding_mask"),
+    ],
+)
+def test_decoder_mask_errors_name_the_decoder_argument(kwargs, name):
+    from attnkit.nn import TransformerDecoder
+
+    dec = TransformerDecoder(1, 8, 2, 16, 0.0)
+    x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    with pytest.raises((ValueError, TypeError), match=rf"^{name} "):
+        dec(x, memory, **kwargs)

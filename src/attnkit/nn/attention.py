@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from attnkit.nn.masks import _check_bool, causal_mask, combine_masks, expand_attention_mask, masked_fill_value
 from attnkit.nn.positional import RotaryEmbedding
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache"]
+__all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(
@@ -56,6 +56,7 @@ def scaled_dot_product_attention(
         raise ValueError(f"k and v must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}")
 
     fused_causal = False
+    user_mask = mask is not None
     if is_causal:
         if mask is None and q_len == k_len and not need_weights:
             fused_causal = True  # the kernel's own (upper-left aligned) causal mask is right when Tq == Tk
@@ -71,11 +72,16 @@ def scaled_dot_product_attention(
         except RuntimeError:
             ok = False
         if not ok:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape}")
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape}"
+            )
         # A fully masked query row would give softmax(-inf...) = NaN. Let such rows attend
         # everywhere (a harmless, finite computation) and zero their outputs afterwards.
-        has_key = mask.any(dim=-1, keepdim=True)
-        mask = mask | ~has_key
+        # The causal mask alone never masks a whole row (Tq <= Tk, bottom-right aligned), so
+        # this costs nothing then (it would zero nothing, and copy the [..., Tq, Tk] weights).
+        if user_mask:
+            has_key = mask.any(dim=-1, keepdim=True)
+            mask = mask | ~has_key
 
     if not need_weights:
         out = F.scaled_dot_product_attention(
@@ -84,9 +90,11 @@ def scaled_dot_product_attention(
         weights = None
     else:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        # In place on the fresh [..., Tq, Tk] scores (autograd needs neither op's input): saves
+        # two allocations and passes over the largest tensor here; the values are the same.
+        scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)
         if mask is not None:
-            scores = scores.masked_fill(~mask, masked_fill_value(scores.dtype))
+            scores.masked_fill_(~mask, masked_fill_value(scores.dtype))
         weights = torch.softmax(scores, dim=-1)
         probs = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
         out = torch.matmul(probs.to(v.dtype), v)
@@ -102,7 +110,8 @@ class KVCache:
     """Keys and values of one attention layer, kept across decoding steps.
 
     Tensors are ``[B, H, T, head_dim]``. A *self-attention* cache grows by the new positions at
-    every call (stored in a buffer that doubles when full, so decoding costs no repeated copies);
+    every call (stored in a buffer that doubles when full, so decoding costs no repeated copies;
+    when gradients flow through the keys/values it concatenates instead, so backward works);
     a *static* cache (``static=True``, for cross-attention) is filled once from the encoder
     memory and then reused as it is.
     """
@@ -128,6 +137,13 @@ class KVCache:
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add ``k, v`` (``[B, H, n, d]``) after what is cached; return all keys and values so far."""
         n = k.shape[-2]
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            # Autograd keeps earlier steps' keys/values for backward: never overwrite a buffer
+            # in place then; concatenate into new tensors instead.
+            self._k = k if self._k is None else torch.cat([self._k[..., : self.length, :], k], dim=-2)
+            self._v = v if self._v is None else torch.cat([self._v[..., : self.length, :], v], dim=-2)
+            self.length += n
+            return self._k, self._v
         if self._k is None or self._v is None:
             capacity = max(2 * n, 16)
             self._k = k.new_empty(*k.shape[:-2], capacity, k.shape[-1])
@@ -286,7 +302,10 @@ class MultiHeadAttention(nn.Module):
                 assert memory is not None
                 _check_input(memory, self.kdim, "memory")
                 if memory.shape[0] != batch:
-                    raise ValueError(f"memory has batch size {memory.shape[0]} but x has {batch}")
+                    raise ValueError(
+                        f"memory has batch size {memory.shape[0]} (shape {tuple(memory.shape)}) but x has {batch} "
+                        f"(shape {tuple(x.shape)}); they must match"
+                    )
                 if self._same_dims:
                     k, v = self._heads(F.linear(memory, w_kv, b_kv), batch, memory.shape[1], parts=2).unbind(0)
                 else:

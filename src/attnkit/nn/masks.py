@@ -12,11 +12,11 @@ from torch import Tensor
 
 __all__ = [
     "causal_mask",
-    "padding_mask",
-    "padding_mask_from_ids",
     "combine_masks",
     "expand_attention_mask",
     "masked_fill_value",
+    "padding_mask",
+    "padding_mask_from_ids",
 ]
 
 
@@ -83,6 +83,7 @@ def expand_attention_mask(
     q_len: int,
     k_len: int,
     num_heads: int | None = None,
+    names: tuple[str, str] = ("attn_mask", "key_padding_mask"),
 ) -> Tensor | None:
     """Validate masks and merge them into one boolean mask broadcastable to ``[B, H, Tq, Tk]``.
 
@@ -90,13 +91,14 @@ def expand_attention_mask(
         attn_mask: True = may attend; ``[Tq, Tk]``, ``[B, Tq, Tk]`` or ``[B, H, Tq, Tk]``
             (size-1 dims broadcast).
         key_padding_mask: True = real key, False = padding; ``[B, Tk]``.
+        names: what the caller calls the two masks, for error messages.
     Returns:
         A 4-D boolean mask (possibly with size-1 dims) or ``None`` when both are ``None``.
     """
     expected_heads = "H" if num_heads is None else str(num_heads)
     out: Tensor | None = None
     if attn_mask is not None:
-        _check_bool(attn_mask, "attn_mask")
+        _check_bool(attn_mask, names[0])
         if attn_mask.dim() == 2:
             m = attn_mask[None, None]
         elif attn_mask.dim() == 3:
@@ -108,16 +110,16 @@ def expand_attention_mask(
         ok = m is not None and _broadcastable(m.shape, (batch, num_heads, q_len, k_len))
         if not ok:
             raise ValueError(
-                f"attn_mask has shape {tuple(attn_mask.shape)}; expected [Tq, Tk]=[{q_len}, {k_len}], "
+                f"{names[0]} has shape {tuple(attn_mask.shape)}; expected [Tq, Tk]=[{q_len}, {k_len}], "
                 f"[B, Tq, Tk]=[{batch}, {q_len}, {k_len}] or [B, H, Tq, Tk]=[{batch}, {expected_heads}, "
                 f"{q_len}, {k_len}] (True = may attend)"
             )
         out = m
     if key_padding_mask is not None:
-        _check_bool(key_padding_mask, "key_padding_mask")
+        _check_bool(key_padding_mask, names[1])
         if key_padding_mask.dim() != 2 or not _broadcastable(key_padding_mask.shape, (batch, k_len)):
             raise ValueError(
-                f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected [B, Tk]=[{batch}, {k_len}] "
+                f"{names[1]} has shape {tuple(key_padding_mask.shape)}; expected [B, Tk]=[{batch}, {k_len}] "
                 "(True = real token, False = padding)"
             )
         kpm = key_padding_mask[:, None, None, :]

@@ -12,10 +12,12 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEncoding", "RotaryEmbedding"]
+__all__ = ["LearnedPositionalEncoding", "RotaryEmbedding", "SinusoidalPositionalEncoding", "sinusoidal_encoding"]
 
 
-def sinusoidal_encoding(length: int, dim: int, *, base: float = 10000.0, device: torch.device | str | None = None) -> Tensor:
+def sinusoidal_encoding(
+    length: int, dim: int, *, base: float = 10000.0, device: torch.device | str | None = None
+) -> Tensor:
     """The paper's encoding ``[length, dim]``: ``PE[p, 2i] = sin(p / base^(2i/dim))``, ``PE[p, 2i+1] = cos(...)``."""
     position = torch.arange(length, dtype=torch.float32, device=device).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32, device=device) * (-math.log(base) / dim))

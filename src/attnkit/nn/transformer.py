@@ -13,9 +13,10 @@ from torch import Tensor, nn
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention
 from attnkit.nn.feedforward import Activation, FeedForward
+from attnkit.nn.masks import expand_attention_mask
 from attnkit.nn.positional import RotaryEmbedding
 
-__all__ = ["EncoderBlock", "DecoderBlock", "TransformerEncoder", "TransformerDecoder", "DecoderCache", "LayerCache"]
+__all__ = ["DecoderBlock", "DecoderCache", "EncoderBlock", "LayerCache", "TransformerDecoder", "TransformerEncoder"]
 
 
 class EncoderBlock(nn.Module):
@@ -428,7 +429,10 @@ class TransformerDecoder(nn.Module):
         need_weights: bool,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         if cache is not None and len(cache.layers) != len(self.layers):
-            raise ValueError(f"cache has {len(cache.layers)} layers, the decoder {len(self.layers)}: use decoder.new_cache()")
+            raise ValueError(
+                f"cache has {len(cache.layers)} layers, the decoder {len(self.layers)}: use decoder.new_cache()"
+            )
+        _check_decoder_masks(x, memory, tgt_mask, tgt_key_padding_mask, memory_mask, memory_key_padding_mask, cache)
         self_maps: list[Tensor] = []
         cross_maps: list[Tensor] = []
         for i, layer in enumerate(self.layers):
@@ -450,6 +454,31 @@ class TransformerDecoder(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return x, self_maps, cross_maps
+
+
+def _check_decoder_masks(
+    x: Tensor,
+    memory: Tensor | None,
+    tgt_mask: Tensor | None,
+    tgt_key_padding_mask: Tensor | None,
+    memory_mask: Tensor | None,
+    memory_key_padding_mask: Tensor | None,
+    cache: DecoderCache | None,
+) -> None:
+    """Check the decoder's masks up front, so that errors name them as the caller does."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be [batch, seq, features], got shape {tuple(x.shape)}")
+    batch, q_len = x.shape[0], x.shape[1]
+    past = cache.length if cache is not None else 0
+    expand_attention_mask(
+        tgt_mask, tgt_key_padding_mask, batch=batch, q_len=q_len, k_len=past + q_len,
+        names=("tgt_mask", "tgt_key_padding_mask"),
+    )  # fmt: skip
+    if memory is not None and memory.dim() == 3:
+        expand_attention_mask(
+            memory_mask, memory_key_padding_mask, batch=batch, q_len=q_len, k_len=memory.shape[1],
+            names=("memory_mask", "memory_key_padding_mask"),
+        )  # fmt: skip
 
 
 def _rotary(enabled: bool, d_model: int, num_heads: int, head_dim: int | None) -> RotaryEmbedding | None:
