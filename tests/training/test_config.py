@@ -51,7 +51,7 @@ def test_bad_values_name_key_and_allowed_values():
 
 
 def test_unknown_task():
-    with pytest.raises(ValueError, match="unknown task 'revers'; available tasks: .*reverse"):
+    with pytest.raises(ValueError, match=r"unknown task 'revers'; available tasks: .*reverse"):
         build_config("revers")
 
 

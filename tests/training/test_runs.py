@@ -188,3 +188,15 @@ def test_two_process_ddp_matches_one_process(tmp_path: Path):
     assert one["test/acc"] >= 0.98
     assert ddp["test/acc"] >= 0.98
     assert abs(one["test/acc"] - ddp["test/acc"]) <= 0.02
+
+
+def test_mixed_precision_is_passed_to_lightning(tmp_path: Path):
+    result = attnkit.train(
+        "reverse",
+        output_dir=str(tmp_path),
+        name="bf16",
+        **_overrides(TINY_REVERSE),
+        **{"trainer.precision": "bf16-mixed"},
+    )
+    assert result.metrics["test/acc"] > 0.5
+    assert yaml.safe_load((result.run_dir / "config.yaml").read_text())["trainer"]["precision"] == "bf16-mixed"

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -19,8 +20,8 @@ def test_factor_shape():
     f = [cosine_warmup_factor(s, 100, 2000) for s in range(2001)]
     assert f[0] == 0.0
     assert max(f) == pytest.approx(f[100], rel=1e-3)  # peak right after warm-up
-    assert all(a <= b for a, b in zip(f[:100], f[1:101]))  # rises during warm-up
-    assert all(a >= b for a, b in zip(f[101:], f[102:]))  # then decays
+    assert all(a <= b for a, b in itertools.pairwise(f[:101]))  # rises during warm-up
+    assert all(a >= b for a, b in itertools.pairwise(f[101:]))  # then decays
     assert f[-1] == pytest.approx(0.0, abs=1e-12)
     assert cosine_warmup_factor(5000, 100, 2000) == pytest.approx(0.0, abs=1e-12)  # stays at 0 past max_iters
 
@@ -43,5 +44,5 @@ def test_scheduler_sets_lr_per_step():
 @pytest.mark.parametrize(("warmup", "max_iters"), [(-1, 10), (0, 0)])
 def test_scheduler_rejects_bad_arguments(warmup, max_iters):
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
-    with pytest.raises(ValueError, match="warmup|max_iters"):
+    with pytest.raises(ValueError, match=r"warmup|max_iters"):
         CosineWarmupScheduler(opt, warmup=warmup, max_iters=max_iters)

@@ -146,7 +146,7 @@ def test_classifier_padding_never_leaks_into_the_pool(pooling):
             dim_feedforward=32,
             dropout=0.0,
             pooling=pooling,
-        )  # fmt: skip
+        )
     ).eval()
     ids = torch.randint(2, 50, (2, 9))
     mask = torch.ones(2, 9, dtype=torch.bool)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
+
+from attnkit.data.base import SplitDataModule
 
 __all__ = ["BatchedTensorDataset", "ReverseDataConfig", "ReverseDataModule", "identity_collate", "reverse_sequences"]
 
@@ -64,7 +65,7 @@ def reverse_sequences(size: int, seq_len: int, num_categories: int, seed: int) -
     return inputs, inputs.flip(-1)
 
 
-class ReverseDataModule(L.LightningDataModule):
+class ReverseDataModule(SplitDataModule):
     """Train/val/test splits of the reverse task, each from its own seed. Batches are
     ``(inputs [B, T], labels [B, T])`` of symbol ids."""
 
@@ -95,15 +96,6 @@ class ReverseDataModule(L.LightningDataModule):
             collate_fn=identity_collate,
             persistent_workers=self.num_workers > 0,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     def artifacts(self) -> dict[str, Any]:
         return {"data": asdict(self.cfg)}

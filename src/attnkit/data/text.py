@@ -20,11 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from attnkit.data.base import SplitDataModule
 from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
 
 __all__ = [
@@ -618,7 +618,7 @@ def collate_text_batch(batch: Sequence[tuple[Sequence[int], int]], pad_id: int =
 
 
 # ====================================================================== data module
-class TextClassificationDataModule(L.LightningDataModule):
+class TextClassificationDataModule(SplitDataModule):
     """Text classification splits as padded batches.
 
     ``setup()`` loads the data once, builds the tokenizer on the *training* texts (unless one is
@@ -717,6 +717,7 @@ class TextClassificationDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"TextClassificationDataModule: call setup() before {split}_dataloader()")
+        # The training order comes from a generator seeded with cfg.seed.
         generator = torch.Generator().manual_seed(self.cfg.seed) if shuffle else None
         return DataLoader(
             self.datasets[split],
@@ -727,16 +728,6 @@ class TextClassificationDataModule(L.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             collate_fn=partial(collate_text_batch, pad_id=self.pad_id),
         )
-
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled with a generator seeded from ``cfg.seed`` (same order for every new loader)."""
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     def state_dict(self) -> dict[str, Any]:
         return self.artifacts() if self._tokenizer is not None and self._label_names is not None else {}

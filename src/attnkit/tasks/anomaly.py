@@ -81,9 +81,8 @@ class AnomalyTask(Task):
                     raise ValueError(f"anomaly: test set index {index} out of range (there are {len(test_sets)})")
                 x, target = test_sets[index]
                 probs = self._probs(module, x.unsqueeze(0))[0]
-                out.append(
-                    f"set {index}: odd one out at {int(probs.argmax())} (p={float(probs.max()):.3f}), true {int(target)}"
-                )
+                guess = f"odd one out at {int(probs.argmax())} (p={float(probs.max()):.3f})"
+                out.append(f"set {index}: {guess}, true {int(target)}")
             else:
                 sets = _load_sets(Path(item))
                 for i, probs in enumerate(self._probs(module, sets)):
