@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 import yaml
 
-from attnkit.config import ConfigError, parse_overrides
-from attnkit.training.checkpoint import CheckpointError
+from attnkit.config import parse_overrides
+from attnkit.errors import CheckpointError, ConfigError
 
 USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
 

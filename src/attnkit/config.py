@@ -11,11 +11,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from attnkit.errors import ConfigError
+
 __all__ = ["ConfigError", "allowed_keys", "load_yaml", "merge", "parse_overrides", "validate_config"]
-
-
-class ConfigError(ValueError):
-    """A config file, key or value that is not valid; the message says which and what is allowed."""
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

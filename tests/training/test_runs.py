@@ -200,3 +200,12 @@ def test_mixed_precision_is_passed_to_lightning(tmp_path: Path):
     )
     assert result.metrics["test/acc"] > 0.5
     assert yaml.safe_load((result.run_dir / "config.yaml").read_text())["trainer"]["precision"] == "bf16-mixed"
+
+
+@pytest.mark.slow
+def test_reverse_default_config_reaches_999_percent(tmp_path: Path):
+    """The README's headline figure: `attnkit train reverse` with its defaults (about 40 s here)."""
+    run_cli("train", "reverse", "--output_dir", str(tmp_path), "name=default", "trainer.progress_bar=false")
+    metrics = json.loads((tmp_path / "reverse" / "default" / "metrics.json").read_text())
+    assert metrics["epochs"] == 10
+    assert metrics["metrics"]["test/acc"] >= 0.999

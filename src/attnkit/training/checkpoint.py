@@ -13,11 +13,9 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from attnkit.errors import CheckpointError
+
 __all__ = ["AtomicCheckpointIO", "CheckpointError", "load_checkpoint_file", "write_atomic", "write_json_atomic"]
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used: missing, truncated, corrupt or from another model."""
 
 
 def write_atomic(path: str | Path, write: Any) -> None:
