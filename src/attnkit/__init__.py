@@ -6,7 +6,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_run", "train"]
+__all__ = ["__version__", "load_run", "train", "tune"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,4 +15,8 @@ def __getattr__(name: str) -> Any:
         from attnkit import api
 
         return getattr(api, name)
+    if name == "tune":
+        from attnkit.tuning import tune
+
+        return tune
     raise AttributeError(f"module 'attnkit' has no attribute {name!r}")

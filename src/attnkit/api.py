@@ -27,7 +27,11 @@ def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
 def build_config(
     task: str, config: str | Path | dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
 ) -> TaskConfig:
-    """The task's defaults, updated by a YAML file (or dict) and then by overrides; validated."""
+    """The task's defaults, updated by a YAML file (or dict) and then by overrides; validated.
+
+    Keys are merged into the task's *full* default config, so overriding one key of a section
+    (``trainer.threads=1``) keeps the task's other defaults of that section.
+    """
     spec = get_task(task)
     data: dict[str, Any] = {}
     source = f"{task} config"
@@ -38,6 +42,7 @@ def build_config(
         source = f"config {config}"
     if overrides:
         data = merge(data, _expand_dotted(overrides))
+    data = merge(spec.config_cls().model_dump(), data)
     cfg = validate_config(spec.config_cls, data, source=source)
     assert isinstance(cfg, TaskConfig)
     return cfg
@@ -48,13 +53,15 @@ def train(
     config: str | Path | dict[str, Any] | None = None,
     *,
     resume: str | Path | None = None,
+    callbacks: list[Any] | None = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a task and return the trained model, its metrics and its run folder.
 
     Overrides are sections (``trainer={"max_epochs": 2}``) or dotted keys
     (``**{"optim.lr": 1e-3}``). With ``resume`` (a run folder) training continues from its last
-    checkpoint with the run's own config (overrides still apply, e.g. more epochs).
+    checkpoint with the run's own config (overrides still apply, e.g. more epochs). ``callbacks``
+    are extra Lightning callbacks for the Trainer.
     """
     if resume is not None:
         saved = Path(resume) / "config.yaml"
@@ -62,4 +69,4 @@ def train(
             raise ConfigError(f"cannot resume {resume}: it has no config.yaml (is it a run folder?)")
         config = merge(load_yaml(saved), config if isinstance(config, dict) else {})
     cfg = build_config(task, config, overrides)
-    return fit(get_task(task), cfg, resume=resume)
+    return fit(get_task(task), cfg, resume=resume, callbacks=callbacks)

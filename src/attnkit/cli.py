@@ -40,8 +40,22 @@ def tasks() -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML file of config keys.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue a run folder from its last checkpoint.")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+@click.option(
+    "--init",
+    type=click.Path(),
+    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); = model.init=PATH.",
+)
+@click.option("--data", "data_source", type=click.Path(), help="The data file or folder; = data.source=PATH.")
 @click.pass_context
-def train(ctx: click.Context, task: str, config_file: str | None, resume: str | None, print_config: bool) -> None:
+def train(
+    ctx: click.Context,
+    task: str,
+    config_file: str | None,
+    resume: str | None,
+    print_config: bool,
+    init: str | None,
+    data_source: str | None,
+) -> None:
     """Train TASK. Override config keys with key=value or --key value, e.g.
 
     \b
@@ -53,6 +67,10 @@ def train(ctx: click.Context, task: str, config_file: str | None, resume: str | 
 
     try:
         overrides = parse_overrides(ctx.args)
+        if init is not None:
+            overrides.setdefault("model", {})["init"] = init
+        if data_source is not None:
+            overrides.setdefault("data", {})["source"] = data_source
         if print_config:
             cfg = build_config(task, config_file, overrides)
             click.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), nl=False)
@@ -112,6 +130,288 @@ def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) ->
             click.echo(line)
     except USER_ERRORS as err:
         _fail(err)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--prompt", default="", help="Text to continue (default: empty, i.e. a new document).")
+@click.option("--max-new-tokens", default=200, show_default=True, type=click.IntRange(min=0), help="Tokens to add.")
+@click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random.")
+@click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only.")
+@click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P.")
+@click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same text.")
+@click.option("--num-samples", default=1, show_default=True, type=click.IntRange(min=1), help="Texts to generate.")
+def generate(
+    run: str,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    num_samples: int,
+) -> None:
+    """Generate text with an lm RUN (a run folder or checkpoint file), printed as it comes.
+
+    \b
+      attnkit generate runs/lm/20261122-101500 --prompt "The old owl" --seed 1
+      attnkit generate RUN --temperature 0 --max-new-tokens 50     # greedy, from an empty prompt
+    """
+    from attnkit.tasks.lm import generate_from_run
+
+    def write(text: str) -> None:
+        click.echo(text, nl=False)
+        sys.stdout.flush()
+
+    try:
+        generate_from_run(
+            run, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, num_samples=num_samples, write=write,
+        )  # fmt: skip
+    except USER_ERRORS as err:
+        _fail(err)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.argument("texts", nargs=-1)
+@click.option("--file", "input_file", type=click.Path(dir_okay=False), help="Translate every line ('-': stdin).")
+@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="Write the translations here.")
+@click.option("--beam", type=int, help="Beam size; 1 = greedy (default: the run's decode.beam_size).")
+def translate(
+    run: str, texts: tuple[str, ...], input_file: str | None, output_file: str | None, beam: int | None
+) -> None:
+    """Translate TEXTS and/or the lines of --file with a translate RUN: one translation per line.
+
+    \b
+      attnkit translate runs/translate/20261122-101500 "three hundred twenty-one"
+      attnkit translate RUN --file in.txt --out out.txt --beam 1
+    """
+    from attnkit.tasks.translate import read_lines, translate_run
+
+    try:
+        lines = list(texts) + (read_lines(input_file) if input_file else [])
+        if not lines:
+            raise ValueError("nothing to translate: pass texts as arguments or with --file")
+        out = translate_run(run, lines, beam_size=beam, warn=_warn)
+        if output_file:
+            Path(output_file).write_text("".join(f"{line}\n" for line in out), encoding="utf-8")
+        else:
+            for line in out:
+                click.echo(line)
+    except USER_ERRORS as err:
+        _fail(err)
+
+
+def _warn(message: str) -> None:
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+PLOT_ERRORS = (*USER_ERRORS, NotImplementedError)
+_OUT_HELP = "Image file to write: .png or .svg (default: %s)."
+
+
+def _save_figure(fig: object, out: str) -> None:
+    path = Path(out)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"--out {out}: write a .png or .svg file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)  # type: ignore[attr-defined]
+    click.echo(f"wrote {path}")
+
+
+@main.group()
+def plot() -> None:
+    """Plot attention maps, positional encodings, learning-rate schedules and training curves."""
+
+
+@plot.command("attention")
+@click.argument("run", type=click.Path())
+@click.option("--input", "text", help="An input written as for `attnkit predict` (e.g. '3 1 4 1 5').")
+@click.option("--index", type=int, help="A validation example (default 0 when no --input).")
+@click.option("--out", default="attention.png", show_default=True, help=_OUT_HELP % "attention.png")
+def plot_attention(run: str, text: str | None, index: int | None, out: str) -> None:
+    """Attention maps of RUN for one input: layers as rows, heads as columns."""
+    try:
+        from attnkit.viz.attention import plot_run_attention
+
+        _save_figure(plot_run_attention(run, text=text, index=index), out)
+    except PLOT_ERRORS as err:
+        _fail(err)
+
+
+@plot.command("positional")
+@click.option("--dim", default=48, show_default=True, help="Hidden dimension of the encoding.")
+@click.option("--length", default=96, show_default=True, help="Number of positions.")
+@click.option("--curves", default=4, show_default=True, help="Curves of the first dimensions drawn below.")
+@click.option("--out", default="positional.png", show_default=True, help=_OUT_HELP % "positional.png")
+def plot_positional(dim: int, length: int, curves: int, out: str) -> None:
+    """The sinusoidal positional encoding: heat map over position × dimension, and its first dimensions."""
+    try:
+        from attnkit.viz.positional import plot_positional_encoding
+
+        _save_figure(plot_positional_encoding(dim, length, num_curves=curves), out)
+    except PLOT_ERRORS as err:
+        _fail(err)
+
+
+@plot.command("schedule")
+@click.argument("run", type=click.Path(), required=False)
+@click.option("--warmup", type=int, default=50, show_default=True, help="Warm-up steps (without RUN).")
+@click.option("--max-iters", type=int, help="Steps of the cosine period (without RUN; required then).")
+@click.option("--lr", type=float, help="Base learning rate (without RUN; default: plot the factor).")
+@click.option("--out", default="schedule.png", show_default=True, help=_OUT_HELP % "schedule.png")
+def plot_schedule(run: str | None, warmup: int, max_iters: int | None, lr: float | None, out: str) -> None:
+    """The learning-rate schedule for --warmup and --max-iters, or the learning rate RUN logged."""
+    try:
+        if run is not None:
+            from attnkit.viz.schedule import plot_run_lr
+
+            fig = plot_run_lr(run)
+        else:
+            if max_iters is None:
+                raise ValueError("give a RUN folder, or --max-iters (and --warmup) for the formula")
+            from attnkit.viz.schedule import plot_lr_schedule
+
+            fig = plot_lr_schedule(warmup, max_iters, lr=lr)
+        _save_figure(fig, out)
+    except PLOT_ERRORS as err:
+        _fail(err)
+
+
+@plot.command("curves")
+@click.argument("run", type=click.Path())
+@click.option("--out", default="curves.png", show_default=True, help=_OUT_HELP % "curves.png")
+def plot_curves(run: str, out: str) -> None:
+    """Training curves of RUN: loss and metrics, train and validation."""
+    try:
+        from attnkit.viz.curves import plot_training_curves
+
+        _save_figure(plot_training_curves(run), out)
+    except PLOT_ERRORS as err:
+        _fail(err)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--examples", default=3, show_default=True, help="Validation examples whose attention is shown.")
+@click.option("--out", help="Where to write (default: RUN/report.html).")
+def report(run: str, examples: int, out: str | None) -> None:
+    """(Re)write RUN/report.html: config, metrics, curves and attention maps in one offline file."""
+    try:
+        from attnkit.viz.report import write_report
+
+        click.echo(f"wrote {write_report(run, num_examples=examples, out=out)}")
+    except PLOT_ERRORS as err:
+        _fail(err)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("task")
+@click.option("--space", "space_file", required=True, type=click.Path(dir_okay=False), help="YAML search space.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Base config (YAML file).")
+@click.option("--trials", "n_trials", type=int, required=True, help="Trials in all (a resumed study runs the rest).")
+@click.option("--timeout", type=float, help="Seconds after which no new trial starts.")
+@click.option("--storage", help="SQLAlchemy URL or SQLite file (default: OUTPUT_DIR/tune/STUDY/study.db).")
+@click.option("--study", "study_name", help="Study name (default: the task); the same name resumes the study.")
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes (1 torch thread each).")
+@click.option("--sampler", type=click.Choice(["tpe", "random"]), default="tpe", show_default=True)
+@click.option("--pruner", type=click.Choice(["median", "hyperband", "none"]), default="median", show_default=True)
+@click.option("--sampler-seed", type=int, help="Seed of the sampler (default: the config's seed).")
+@click.option("--heartbeat", type=int, default=10, show_default=True, help="Seconds between liveness records.")
+@click.pass_context
+def tune(
+    ctx: click.Context,
+    task: str,
+    space_file: str,
+    config_file: str | None,
+    n_trials: int,
+    timeout: float | None,
+    storage: str | None,
+    study_name: str | None,
+    workers: int,
+    sampler: str,
+    pruner: str,
+    sampler_seed: int | None,
+    heartbeat: int,
+) -> None:
+    """Search hyperparameters of TASK: every trial is a training run, reported per epoch and pruned
+    when unpromising. Override base config keys as for `train`, e.g.
+
+    \b
+      attnkit tune reverse --space examples/reverse_space.yaml --trials 20 trainer.max_epochs=3
+      attnkit tune reverse --space s.yaml --trials 40 --workers 2      # resumes the same study
+
+    The study folder (OUTPUT_DIR/tune/STUDY/) gets best.yaml (`attnkit train TASK --config best.yaml`
+    reproduces the best trial), trials.csv, plots and study_report.html. A trial whose process died
+    is re-run once its heartbeat is older than 4 x --heartbeat seconds.
+    """
+    try:
+        from attnkit.tuning import tune as tune_api
+    except ImportError as err:
+        _fail(ImportError(f"attnkit tune needs Optuna: pip install 'attnkit[tuning]' ({err})"))
+        return
+    try:
+        overrides = parse_overrides(ctx.args)
+        tune_api(
+            task,
+            space_file,
+            n_trials=n_trials,
+            config=config_file,
+            timeout=timeout,
+            storage=storage,
+            study_name=study_name,
+            workers=workers,
+            sampler=sampler,
+            pruner=pruner,
+            seed=sampler_seed,
+            heartbeat=heartbeat,
+            verbose=True,
+            **overrides,
+        )
+    except (*USER_ERRORS, RuntimeError) as err:
+        _fail(err)
+
+
+@main.command("import")
+@click.argument("path", type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
+def import_model(path: str, out: str) -> None:
+    """Convert the Hugging Face BERT or GPT-2 folder PATH (config.json, weights, tokenizer files) into an
+    attnkit model folder OUT (model.safetensors + attnkit.json + tokenizer). Nothing is downloaded.
+
+    \b
+      attnkit import ./bert-base-uncased --out models/bert
+      attnkit train classify --init models/bert data.max_len=128
+    """
+    try:
+        from attnkit.interop import import_model as convert
+
+        pretrained = convert(path, out)
+    except USER_ERRORS as err:
+        _fail(err)
+        return
+    n = sum(p.numel() for p in pretrained.model.parameters())
+    click.echo(f"{path} -> {out}: {pretrained.name} ({type(pretrained.model).__name__}, {n:,} parameters)")
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
+def export(run: str, out: str) -> None:
+    """Write the model of RUN (a run folder or checkpoint file) to OUT as model.safetensors + attnkit.json
+    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
+    try:
+        from attnkit.interop import save_model
+        from attnkit.tasks.runner import load_run
+
+        loaded = load_run(run)
+        artifacts = loaded.hparams.get("artifacts") or None
+        save_model(loaded.module.model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+    except USER_ERRORS as err:
+        _fail(err)
+        return
+    click.echo(f"{loaded.checkpoint} -> {out}")
 
 
 if __name__ == "__main__":

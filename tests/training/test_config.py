@@ -67,3 +67,18 @@ def test_bad_yaml(tmp_path):
         build_config("reverse", path)
     with pytest.raises(ConfigError, match="does not exist"):
         build_config("reverse", tmp_path / "missing.yaml")
+
+
+def test_overriding_one_key_keeps_the_tasks_other_defaults_of_that_section(tmp_path):
+    # classify's defaults differ from TrainerConfig's class defaults (5 epochs, batch 32):
+    # overriding trainer.threads must not reset them to 10 epochs and batch 128.
+    default = build_config("classify")
+    cfg = build_config("classify", overrides={"trainer.threads": 1})
+    assert cfg.trainer.threads == 1
+    assert (cfg.trainer.max_epochs, cfg.trainer.batch_size) == (default.trainer.max_epochs, default.trainer.batch_size)
+    assert cfg.optim == default.optim
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 0.01\n")
+    cfg = build_config("reverse", path)
+    assert cfg.optim.lr == 0.01
+    assert cfg.optim.warmup == build_config("reverse").optim.warmup

@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import SplitDataModule
+from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "read_table",
     "source_kind",
     "stratified_split",
+    "text_tokenizer_from_dict",
 ]
 
 SUPPORTED_TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".tsv", ".jsonl")
@@ -632,6 +634,9 @@ class TextClassificationDataModule(SplitDataModule):
 
     The module's ``state_dict()`` is :meth:`artifacts`, so Lightning stores the vocabulary in
     checkpoints; ``load_state_dict`` restores it (re-encoding if already set up).
+
+    ``tokenizer`` may also be a pretrained model's :class:`PretrainedTokenizer` (fine-tuning a
+    pretrained encoder): its ids include the model's special tokens and it pads with its pad id.
     """
 
     def __init__(
@@ -639,7 +644,7 @@ class TextClassificationDataModule(SplitDataModule):
         cfg: ClassifyDataConfig,
         batch_size: int = 32,
         num_workers: int = 0,
-        tokenizer: WordTokenizer | None = None,
+        tokenizer: WordTokenizer | PretrainedTokenizer | None = None,
         label_names: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -747,7 +752,7 @@ class TextClassificationDataModule(SplitDataModule):
 
     # -------------------------------------------------------------- properties
     @property
-    def tokenizer(self) -> WordTokenizer:
+    def tokenizer(self) -> WordTokenizer | PretrainedTokenizer:
         if self._tokenizer is None:
             raise RuntimeError("TextClassificationDataModule: the tokenizer is built by setup(); call it first")
         return self._tokenizer
@@ -758,7 +763,8 @@ class TextClassificationDataModule(SplitDataModule):
 
     @property
     def pad_id(self) -> int:
-        return WordTokenizer.pad_id
+        pad_id = self._tokenizer.pad_id if self._tokenizer is not None else None
+        return WordTokenizer.pad_id if pad_id is None else pad_id
 
     @property
     def max_len(self) -> int:
@@ -806,12 +812,19 @@ class TextClassificationDataModule(SplitDataModule):
         return out
 
 
-def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[WordTokenizer, list[str], int]:
+def text_tokenizer_from_dict(d: dict[str, Any]) -> WordTokenizer | PretrainedTokenizer:
+    """The classify tokenizer stored by ``to_dict()``: a :class:`WordTokenizer` or a :class:`PretrainedTokenizer`."""
+    if isinstance(d, dict) and d.get("format") == PretrainedTokenizer.FORMAT:
+        return PretrainedTokenizer.from_dict(d)
+    return WordTokenizer.from_dict(d)
+
+
+def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[WordTokenizer | PretrainedTokenizer, list[str], int]:
     missing = [k for k in ("tokenizer", "label_names", "max_len") if k not in artifacts]
     if missing:
         raise ValueError(f"text data artifacts are missing {missing}; keys present: {sorted(artifacts)}")
     return (
-        WordTokenizer.from_dict(artifacts["tokenizer"]),
+        text_tokenizer_from_dict(artifacts["tokenizer"]),
         [str(n) for n in artifacts["label_names"]],
         int(artifacts["max_len"]),
     )

@@ -1,11 +1,18 @@
 """Model families built from :mod:`attnkit.nn`, each configured by a typed config object."""
 
+from attnkit.models.bert import BertClassifier, BertClassifierConfig, BertConfig, BertEncoder
 from attnkit.models.config import EncoderConfig, StrictModel
 from attnkit.models.encoders import ClassifierConfig, PredictorConfig, SequenceClassifier, TransformerPredictor
+from attnkit.models.lm import LanguageModel, LanguageModelConfig
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 MODELS = {
     "predictor": (PredictorConfig, TransformerPredictor),
     "classifier": (ClassifierConfig, SequenceClassifier),
+    "lm": (LanguageModelConfig, LanguageModel),
+    "bert": (BertConfig, BertEncoder),
+    "bert_classifier": (BertClassifierConfig, BertClassifier),
+    "seq2seq": (Seq2SeqConfig, Seq2SeqTransformer),
 }
 
 
@@ -20,9 +27,17 @@ def build_model(name: str, config: dict | StrictModel):
 
 __all__ = [
     "MODELS",
+    "BertClassifier",
+    "BertClassifierConfig",
+    "BertConfig",
+    "BertEncoder",
     "ClassifierConfig",
     "EncoderConfig",
+    "LanguageModel",
+    "LanguageModelConfig",
     "PredictorConfig",
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
     "SequenceClassifier",
     "StrictModel",
     "TransformerPredictor",

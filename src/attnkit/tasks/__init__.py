@@ -5,9 +5,13 @@ from __future__ import annotations
 from attnkit.tasks.anomaly import AnomalyTask
 from attnkit.tasks.base import Task, TaskConfig
 from attnkit.tasks.classify import ClassifyTask
+from attnkit.tasks.lm import LanguageModelTask
 from attnkit.tasks.reverse import ReverseTask
+from attnkit.tasks.translate import TranslateTask
 
-TASKS: dict[str, Task] = {task.name: task for task in (ReverseTask(), AnomalyTask(), ClassifyTask())}
+TASKS: dict[str, Task] = {
+    task.name: task for task in (ReverseTask(), AnomalyTask(), ClassifyTask(), LanguageModelTask(), TranslateTask())
+}
 
 
 def get_task(name: str) -> Task:

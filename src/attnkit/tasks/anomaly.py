@@ -12,7 +12,7 @@ from torch import Tensor
 from attnkit.data.sets import AnomalyDataConfig, SetAnomalyDataModule
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 
@@ -88,6 +88,62 @@ class AnomalyTask(Task):
                 for i, probs in enumerate(self._probs(module, sets)):
                     out.append(f"{item}[{i}]: odd one out at {int(probs.argmax())} (p={float(probs.max()):.3f})")
         return out
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """Self-attention between the items of a set, with the predicted probability of each item.
+
+        ``texts`` as for :meth:`predict`: a test-set index, or a .npz/.pt file holding
+        ``sets [S, N, D]`` (one example per set); ``indices``: validation sets. The true odd item
+        is marked ``*``.
+        """
+        sets: list[tuple[str, Tensor, int | None]] = []
+        dm = None
+        for item in texts or []:
+            if item.strip().isdigit():
+                dm = dm or self._setup_datamodule(module)
+                sets.append(self._known_set(dm.test_dataset, "test", int(item)))
+            else:
+                for i, x in enumerate(_load_sets(Path(item))):
+                    sets.append((f"{item}[{i}]", x, None))
+        for index in indices or []:
+            dm = dm or self._setup_datamodule(module)
+            sets.append(self._known_set(dm.val_dataset, "validation", index))
+        out = []
+        for name, x, target in sets:
+            x = x.unsqueeze(0).float().to(module.device)
+            maps = attention_weights(module.model, x)
+            probs = self._probs(module, x)[0].cpu()
+            labels = [f"{i}*" if i == target else str(i) for i in range(x.shape[1])]
+            title = f"anomaly, {name}: odd one out at {int(probs.argmax())} (p={float(probs.max()):.2f})"
+            if target is not None:
+                title += f", true {target}"
+            out.append(
+                AttentionExample(
+                    [m[0].cpu() for m in maps],
+                    labels,
+                    labels,
+                    title,
+                    query_axis="set element",
+                    key_axis="set element",
+                    probabilities=probs.tolist(),
+                    target=target,
+                )
+            )
+        return out
+
+    def _setup_datamodule(self, module: TaskModule) -> SetAnomalyDataModule:
+        dm = self.build_datamodule(AnomalyConfig.model_validate(module.hparams["config"]))
+        dm.setup("validate")
+        return dm
+
+    @staticmethod
+    def _known_set(dataset: Any, split: str, index: int) -> tuple[str, Tensor, int | None]:
+        if not 0 <= index < len(dataset):
+            raise ValueError(f"anomaly: {split} set {index} out of range (there are {len(dataset)})")
+        x, target = dataset[index]
+        return f"{split} set {index}", x, int(target)
 
     @staticmethod
     def _probs(module: TaskModule, x: Tensor) -> Tensor:

@@ -6,12 +6,15 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor
 
 from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule
-from attnkit.models import ClassifierConfig
+from attnkit.errors import ConfigError
+from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
+from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 
@@ -26,6 +29,12 @@ class ClassifyModelConfig(EncoderConfig):
     dropout: float = 0.1
     positional: Literal["learned", "sinusoidal"] = "learned"
     pooling: Literal["mean", "cls"] = "mean"
+    init: str | None = Field(
+        None,
+        description="start from a pretrained BERT-family encoder: a Hugging Face folder or an `attnkit import` "
+        "folder. Its tokenizer and architecture replace data.vocab_size/min_freq and the model keys above "
+        "(dropout and pooling still apply); a new classification head is trained on top",
+    )
 
 
 class ClassifyConfig(TaskConfig):
@@ -52,17 +61,46 @@ class ClassifyTask(Task):
         t = cfg.trainer
         if artifacts:
             return TextClassificationDataModule.from_artifacts(cfg.data, artifacts, t.batch_size, t.num_workers)
-        return TextClassificationDataModule(cfg.data, t.batch_size, t.num_workers)
+        tokenizer = pretrained_tokenizer(cfg.model.init) if cfg.model.init else None
+        return TextClassificationDataModule(cfg.data, t.batch_size, t.num_workers, tokenizer=tokenizer)
 
     def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+        if cfg.model.init:
+            return self._pretrained_spec(cfg, datamodule)
         model = ClassifierConfig(
-            **cfg.model.model_dump(),
+            **cfg.model.model_dump(exclude={"init"}),
             vocab_size=datamodule.vocab_size,
             num_classes=datamodule.num_classes,
             max_len=datamodule.max_len,
             pad_id=datamodule.pad_id,
         )
         return "classifier", model.model_dump(), datamodule.num_classes
+
+    def _pretrained_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+        """The pretrained encoder's architecture with a new head (``model.init``)."""
+        encoder = pretrained_encoder_config(cfg.model.init)
+        if datamodule.max_len > encoder.max_len:
+            raise ConfigError(
+                f"data.max_len={datamodule.max_len} is longer than the pretrained encoder's {encoder.max_len} "
+                f"positions ({cfg.model.init}); set data.max_len={encoder.max_len} or less"
+            )
+        if datamodule.vocab_size > encoder.vocab_size:
+            raise ConfigError(
+                f"the tokenizer of {cfg.model.init} has {datamodule.vocab_size} tokens but its encoder only "
+                f"{encoder.vocab_size}"
+            )
+        model = BertClassifierConfig(
+            **encoder.model_dump(exclude={"dropout"}),
+            dropout=cfg.model.dropout,
+            num_classes=datamodule.num_classes,
+            pooling=cfg.model.pooling,
+        )
+        return "bert_classifier", model.model_dump(), datamodule.num_classes
+
+    def init_weights(self, module: TaskModule, cfg: Any) -> None:
+        """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
+        if cfg.model.init:
+            module.model.bert.load_state_dict(load_encoder(cfg.model.init).state_dict())
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         cfg = ClassifyConfig.model_validate(module.hparams["config"])
@@ -73,3 +111,45 @@ class ClassifyTask(Task):
         names = module.hparams["artifacts"]["label_names"]
         best = probs.argmax(-1)
         return [f"{names[int(i)]}\t{float(p[i]):.3f}" for i, p in zip(best, probs)]
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """Self-attention between the tokens of a text (words out of the vocabulary show as ``<unk>``)."""
+        cfg = ClassifyConfig.model_validate(module.hparams["config"])
+        dm = self.build_datamodule(cfg, module.hparams["artifacts"])
+        names = dm.label_names
+        inputs: list[tuple[str, str, int | None]] = []
+        for text in texts or []:
+            count = len(dm.tokenizer.tokenize(text))
+            if count > dm.max_len:
+                raise ValueError(
+                    f"classify: the input has {count} tokens but this model reads at most max_len={dm.max_len}; "
+                    "shorten it"
+                )
+            inputs.append(("input", text, None))
+        if indices:
+            dm.setup("validate")
+            assert dm.splits is not None
+            val_texts, val_labels = dm.splits.val_texts, dm.splits.val_labels
+            for index in indices:
+                if not 0 <= index < len(val_texts):
+                    raise ValueError(f"classify: validation example {index} out of range (there are {len(val_texts)})")
+                inputs.append((f"validation example {index}", val_texts[index], val_labels[index]))
+        out = []
+        for name, text, label in inputs:
+            ids, mask = dm.encode_texts([text])
+            ids, mask = ids.to(module.device), mask.to(module.device)
+            maps = attention_weights(module.model, ids, mask)
+            with torch.no_grad():
+                probs = module.model(ids, mask).softmax(-1)[0]
+            tok = dm.tokenizer
+            words = [tok.id_to_token(int(i)) for i in ids[0]]
+            if getattr(module.model, "cls", None) is not None:  # a learned [CLS] vector was prepended
+                words = ["[CLS]", *words]
+            best = int(probs.argmax())
+            title = f"classify, {name}: {names[best]} (p={float(probs[best]):.2f})"
+            if label is not None:
+                title += f", true {names[label]}"
+            out.append(AttentionExample([m[0].cpu() for m in maps], words, words, title, "token", "token"))
+        return out

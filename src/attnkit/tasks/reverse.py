@@ -11,7 +11,7 @@ from torch import Tensor
 from attnkit.data.synthetic import ReverseDataConfig, ReverseDataModule
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 
@@ -69,14 +69,7 @@ class ReverseTask(Task):
         seq_len = module.hparams["config"]["data"]["seq_len"]
         out = []
         for text in inputs:
-            try:
-                symbols = [int(tok) for tok in text.replace(",", " ").split()]
-            except ValueError:
-                raise ValueError(
-                    f"reverse: input {text!r} must be integers separated by spaces, e.g. '3 1 4 1 5'"
-                ) from None
-            if not symbols or min(symbols) < 0 or max(symbols) >= n:
-                raise ValueError(f"reverse: symbols must be integers in [0, {n}), got {text!r}")
+            symbols = _parse_symbols(text, n)
             if len(symbols) != seq_len:
                 raise ValueError(
                     f"reverse: this model was trained on sequences of {seq_len} symbols, got {len(symbols)}"
@@ -85,3 +78,47 @@ class ReverseTask(Task):
                 pred = module(torch.tensor([symbols])).argmax(-1)[0]
             out.append(" ".join(str(int(s)) for s in pred))
         return out
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """Self-attention over the input symbols; ``texts`` as for :meth:`predict` (at most ``seq_len`` symbols)."""
+        cfg = ReverseConfig.model_validate(module.hparams["config"])
+        n = module.model.config.input_dim
+        inputs: list[tuple[str, Tensor]] = []
+        for text in texts or []:
+            symbols = _parse_symbols(text, n)
+            if len(symbols) > cfg.data.seq_len:
+                raise ValueError(
+                    f"reverse: the input has {len(symbols)} symbols, longer than the {cfg.data.seq_len} this model "
+                    "was trained on; shorten it"
+                )
+            inputs.append((f"input {text!r}", torch.tensor(symbols)))
+        if indices:
+            datamodule = self.build_datamodule(cfg)
+            datamodule.setup("validate")
+            val = datamodule.splits["val"]
+            for index in indices:
+                if not 0 <= index < len(val):
+                    raise ValueError(f"reverse: validation example {index} out of range (there are {len(val)})")
+                inputs.append((f"validation example {index}", val[index][0]))
+        out = []
+        for name, symbols in inputs:
+            x = F.one_hot(symbols.unsqueeze(0).to(module.device), n).float()
+            maps = attention_weights(module.model, x)
+            with torch.no_grad():
+                pred = module.model(x).argmax(-1)[0]
+            labels = [str(int(s)) for s in symbols]
+            title = f"reverse, {name}: predicted {' '.join(str(int(p)) for p in pred)}"
+            out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, title))
+        return out
+
+
+def _parse_symbols(text: str, n: int) -> list[int]:
+    try:
+        symbols = [int(tok) for tok in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"reverse: input {text!r} must be integers separated by spaces, e.g. '3 1 4 1 5'") from None
+    if not symbols or min(symbols) < 0 or max(symbols) >= n:
+        raise ValueError(f"reverse: symbols must be integers in [0, {n}), got {text!r}")
+    return symbols

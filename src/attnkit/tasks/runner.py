@@ -124,8 +124,19 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
     )
 
 
-def fit(task: Task, cfg: TaskConfig, *, resume: str | Path | None = None) -> TrainResult:
-    """Train ``task`` with ``cfg``; with ``resume`` (a run folder) continue from its ``last.ckpt``."""
+def fit(
+    task: Task,
+    cfg: TaskConfig,
+    *,
+    resume: str | Path | None = None,
+    callbacks: list[Callback] | None = None,
+    run_dir: str | Path | None = None,
+) -> TrainResult:
+    """Train ``task`` with ``cfg``; with ``resume`` (a run folder) continue from its ``last.ckpt``.
+
+    ``callbacks`` are extra Lightning callbacks (e.g. a tuning study's pruning callback); ``run_dir``
+    places a new run in that folder instead of ``<output_dir>/<task>/<name>``.
+    """
     start = time.perf_counter()
     _quiet_lightning()
     if cfg.trainer.threads:
@@ -143,17 +154,19 @@ def fit(task: Task, cfg: TaskConfig, *, resume: str | Path | None = None) -> Tra
         for stale in ckpt_path.parent.glob(".*.tmp"):  # left by a process killed while writing
             stale.unlink(missing_ok=True)
     else:
-        run_dir = _new_run_dir(task, cfg)
+        run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(task, cfg)
     inherited = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # the processes a DDP launcher starts write to the same run
     try:
-        return _fit_in(task, cfg, run_dir, ckpt_path, start)
+        return _fit_in(task, cfg, run_dir, ckpt_path, start, list(callbacks or []))
     finally:
         if inherited is None:
             os.environ.pop(RUN_DIR_ENV, None)
 
 
-def _fit_in(task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, start: float) -> TrainResult:
+def _fit_in(
+    task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, start: float, extra: list[Callback]
+) -> TrainResult:
 
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
@@ -167,6 +180,8 @@ def _fit_in(task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, 
         num_classes=num_classes,
         attnkit_version=attnkit.__version__,
     )
+    if ckpt_path is None:
+        task.init_weights(module, cfg)  # e.g. pretrained weights; a resumed run has its own
     if _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -175,18 +190,19 @@ def _fit_in(task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, 
     best = ModelCheckpoint(
         dirpath=ckpt_dir,
         filename="best",
-        monitor="val/acc",
-        mode="max",
+        monitor=task.monitor[0],
+        mode=task.monitor[1],
         save_top_k=1,
         save_last=True,
         enable_version_counter=False,
         auto_insert_metric_name=False,
     )
-    callbacks: list[Callback] = [best, LearningRateMonitor(logging_interval="step")]
+    callbacks: list[Callback] = [best, LearningRateMonitor(logging_interval="step"), *extra]
     if cfg.trainer.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(ckpt_dir / "last.ckpt", cfg.trainer.checkpoint_every_n_steps))
     if cfg.trainer.early_stopping_patience:
-        callbacks.append(EarlyStopping(monitor="val/acc", mode="max", patience=cfg.trainer.early_stopping_patience))
+        monitor, mode = task.monitor
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.early_stopping_patience))
     loggers = [
         TensorBoardLogger(save_dir=run_dir, name="logs", version="tensorboard", default_hp_metric=False),
         CSVLogger(save_dir=run_dir, name="logs", version="csv"),
@@ -205,7 +221,22 @@ def _fit_in(task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, 
             run_dir / "metrics.json",
             {"task": task.name, "metrics": metrics, "best_checkpoint": str(best_path), "epochs": trainer.current_epoch},
         )
+        _write_report(run_dir)
     return TrainResult(module=module, metrics=metrics, run_dir=run_dir, wall_time_s=wall, best_checkpoint=best_path)
+
+
+def _write_report(run_dir: Path) -> None:
+    """``report.html`` in the run folder. A failure only warns: the trained run is kept either way."""
+    try:
+        from attnkit.viz.report import write_report  # the one upward import: lazy, after training
+
+        write_report(run_dir)
+    except Exception as err:
+        warnings.warn(
+            f"could not write {run_dir / 'report.html'} ({type(err).__name__}: {err}); the run is complete. "
+            f"Try again with: attnkit report {run_dir}",
+            stacklevel=2,
+        )
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:

@@ -1,0 +1,544 @@
+"""Sentence pairs for translation: tab-separated files (Tatoeba / Anki) or built-in English->Spanish numbers.
+
+A pairs file has one pair per line, ``source<TAB>target[<TAB>anything else...]``, UTF-8, as the
+Anki/ManyThings ``spa.txt`` (whose third column is the Tatoeba attribution; extra columns are
+ignored). Batches are ``(src [B, Ts], src_mask [B, Ts], tgt_in [B, Tt], tgt_out [B, Tt], index [B])``:
+``src`` is the source tokens + EOS, ``tgt_in`` is BOS + target tokens and ``tgt_out`` is target
+tokens + EOS (teacher forcing), padded with ``PAD_ID``; masks are True at real tokens; ``index``
+numbers the pairs within their split (``datamodule.datasets[split].refs[index]`` is the target
+text, for BLEU). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from attnkit.data.base import SplitDataModule
+from attnkit.data.text import pad_sequences
+from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.models.config import StrictModel
+
+__all__ = [
+    "BUILTIN_SOURCE",
+    "PairSplits",
+    "PairsDataConfig",
+    "PairsDataModule",
+    "TranslationBatch",
+    "collate_pairs",
+    "english_number",
+    "number_pairs",
+    "read_pairs",
+    "spanish_number",
+    "split_pairs",
+]
+
+BUILTIN_SOURCE = "numbers"
+Pair = tuple[str, str]
+
+
+# ====================================================================== config
+class PairsDataConfig(StrictModel):
+    """Where the pairs come from, how they are split and how they are tokenized."""
+
+    source: str = Field(
+        BUILTIN_SOURCE,
+        description="'numbers' (built-in English->Spanish number pairs) or a tab-separated pairs file (spa.txt)",
+    )
+    reverse: bool = Field(False, description="swap the columns: translate the second column into the first")
+    lowercase: bool = Field(False, description="lower-case both sides before anything else")
+    skip_bad_lines: bool = Field(
+        False, description="skip lines without a tab or with an empty side (one warning counts them); else an error"
+    )
+    tokenizer: Literal["char", "word", "bpe"] = "word"
+    shared_vocab: bool = Field(True, description="one vocabulary for both languages (needed by share_embeddings)")
+    vocab_size: int | None = Field(None, gt=4, description="cap per vocabulary, specials included (bpe: default 1000)")
+    min_freq: int = Field(1, ge=1, description="pieces seen fewer times in the training split become <unk>")
+    max_len: int = Field(64, gt=0, description="tokens per side (BOS/EOS excluded); see PairsDataModule")
+    val_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    test_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    seed: int = Field(42, description="seeds the split and the built-in generator")
+    num_pairs: int = Field(24000, gt=0, description="built-in data: number of distinct pairs")
+    sentence_fraction: float = Field(0.5, ge=0.0, le=1.0, description="built-in data: share of short sentences")
+    batch_by_length: bool = Field(True, description="training batches of similar lengths (less padding)")
+
+    @model_validator(mode="after")
+    def _check(self) -> PairsDataConfig:
+        if not self.source.strip():
+            raise ValueError(f"data.source must be {BUILTIN_SOURCE!r} or the path of a tab-separated pairs file")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
+            )
+        if self.tokenizer == "bpe" and self.vocab_size is not None and self.vocab_size < 260:
+            raise ValueError(
+                f"a bpe vocabulary needs vocab_size >= 260 (4 specials + 256 bytes), got {self.vocab_size}"
+            )
+        return self
+
+
+# ====================================================================== files
+def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
+    """``(source, target)`` of every line of a tab-separated pairs file, in file order.
+
+    Columns after the second (Tatoeba's attribution) are ignored; both sides are stripped of
+    surrounding whitespace. Blank lines are skipped. A line without a tab or with an empty side is
+    an error naming the file and line, or, with ``skip_bad_lines``, skipped and counted in one
+    warning. Bytes that are not UTF-8 are an error naming the file, line and column. A UTF-8 byte
+    order mark at the start is ignored.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"pairs file {path} does not exist (data.source: a tab-separated file, or {BUILTIN_SOURCE!r})"
+        )
+    pairs: list[Pair] = []
+    bad: list[int] = []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
+                    "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            problem = None
+            if len(parts) < 2:
+                problem = "no tab: expected source<TAB>target"
+            elif not parts[0].strip() or not parts[1].strip():
+                problem = f"empty {'source' if not parts[0].strip() else 'target'}"
+            if problem is not None:
+                if not skip_bad_lines:
+                    raise ValueError(
+                        f"{path}:{number}: {problem}; got {line[:80]!r}. Fix the line, or set data.skip_bad_lines=true"
+                    )
+                bad.append(number)
+                continue
+            pairs.append((parts[0].strip(), parts[1].strip()))
+    if bad:
+        warnings.warn(
+            f"{path}: skipped {len(bad)} line(s) without a tab or with an empty side (first: line {bad[0]})",
+            stacklevel=2,
+        )
+    if not pairs:
+        raise ValueError(f"{path}: no sentence pairs (expected lines source<TAB>target)")
+    return pairs
+
+
+@dataclass
+class PairSplits:
+    """Deduplicated ``(source, target)`` pairs of the three splits."""
+
+    train: list[Pair]
+    val: list[Pair]
+    test: list[Pair]
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
+
+
+def split_pairs(pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int) -> PairSplits:
+    """Remove duplicate pairs (first kept), then split by *source sentence* with ``seed``.
+
+    All translations of one source sentence (Tatoeba often has several) go to the same split, so
+    no test source is seen in training. ``round(n * fraction)`` distinct sources go to validation
+    and to test (n = distinct sources); pairs keep their file order within a split.
+    """
+    unique = list(dict.fromkeys(pairs))
+    sources = list(dict.fromkeys(s for s, _ in unique))
+    order = list(range(len(sources)))
+    random.Random(seed).shuffle(order)
+    n_val, n_test = round(len(sources) * val_fraction), round(len(sources) * test_fraction)
+    split_of: dict[str, str] = {}
+    for rank, i in enumerate(order):
+        split_of[sources[i]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
+    out: dict[str, list[Pair]] = {"train": [], "val": [], "test": []}
+    for pair in unique:
+        out[split_of[pair[0]]].append(pair)
+    return PairSplits(**out)
+
+
+# ====================================================================== built-in: numbers in English and Spanish
+_EN_ONES = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+)  # fmt: skip
+_EN_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_ES_UNITS = (
+    "cero", "uno", "dos", "tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve", "diez", "once", "doce",
+    "trece", "catorce", "quince", "dieciséis", "diecisiete", "dieciocho", "diecinueve", "veinte", "veintiuno",
+    "veintidós", "veintitrés", "veinticuatro", "veinticinco", "veintiséis", "veintisiete", "veintiocho", "veintinueve",
+)  # fmt: skip
+_ES_TENS = ("", "", "", "treinta", "cuarenta", "cincuenta", "sesenta", "setenta", "ochenta", "noventa")
+_ES_HUNDREDS = (
+    "", "ciento", "doscientos", "trescientos", "cuatrocientos", "quinientos", "seiscientos", "setecientos",
+    "ochocientos", "novecientos",
+)  # fmt: skip
+Form = Literal["number", "masculine", "feminine"]
+
+
+def english_number(n: int) -> str:
+    """American English words for ``0 <= n < 1,000,000``: ``321`` -> ``"three hundred twenty-one"``."""
+    _check_number(n)
+    if n < 20:
+        return _EN_ONES[n]
+    if n < 100:
+        return _EN_TENS[n // 10] + (f"-{_EN_ONES[n % 10]}" if n % 10 else "")
+    if n < 1000:
+        return f"{_EN_ONES[n // 100]} hundred" + (f" {english_number(n % 100)}" if n % 100 else "")
+    return f"{english_number(n // 1000)} thousand" + (f" {english_number(n % 1000)}" if n % 1000 else "")
+
+
+def spanish_number(n: int, form: Form = "number") -> str:
+    """Spanish words for ``0 <= n < 1,000,000``.
+
+    ``form``: ``"number"`` counts (``21`` -> ``"veintiuno"``); ``"masculine"`` comes before a
+    masculine noun, where *uno* is shortened (``"veintiún libros"``, ``"treinta y un libros"``,
+    ``"un libro"``); ``"feminine"`` before a feminine noun (``"veintiuna casas"``,
+    ``"doscientas casas"``; only below 1000, where usage is settled). In thousands *uno* is always
+    shortened (``"veintiún mil"``) and ``1000`` is ``"mil"``; ``100`` is ``"cien"`` (also in
+    ``"cien mil"``), ``101..199`` start with ``"ciento"``.
+    """
+    _check_number(n)
+    if form == "feminine" and n >= 1000:
+        raise ValueError(f"spanish_number: the feminine form is only generated below 1000, got {n}")
+    if n >= 1000:
+        thousands, rest = divmod(n, 1000)
+        head = "mil" if thousands == 1 else f"{spanish_number(thousands, 'masculine')} mil"
+        return head + (f" {spanish_number(rest, form)}" if rest else "")
+    if n >= 100:
+        hundreds, rest = divmod(n, 100)
+        if n == 100:
+            return "cien"
+        head = _ES_HUNDREDS[hundreds]
+        if form == "feminine" and hundreds > 1:
+            head = head.removesuffix("os") + "as"
+        return head + (f" {spanish_number(rest, form)}" if rest else "")
+    if n >= 30:
+        tens, unit = divmod(n, 10)
+        return _ES_TENS[tens] + (f" y {spanish_number(unit, form)}" if unit else "")
+    word = _ES_UNITS[n]
+    if n in (1, 21) and form != "number":
+        word = word.removesuffix("uno") + ("una" if form == "feminine" else "ún" if n == 21 else "un")
+    return word
+
+
+def _check_number(n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 1_000_000:
+        raise ValueError(f"numbers are generated for integers in [0, 1000000), got {n!r}")
+
+
+# (English singular, English plural, Spanish singular, Spanish plural, gender)
+_NOUNS = (
+    ("book", "books", "libro", "libros", "masculine"),
+    ("dog", "dogs", "perro", "perros", "masculine"),
+    ("car", "cars", "coche", "coches", "masculine"),
+    ("tree", "trees", "árbol", "árboles", "masculine"),
+    ("pencil", "pencils", "lápiz", "lápices", "masculine"),
+    ("egg", "eggs", "huevo", "huevos", "masculine"),
+    ("glass", "glasses", "vaso", "vasos", "masculine"),
+    ("student", "students", "alumno", "alumnos", "masculine"),
+    ("house", "houses", "casa", "casas", "feminine"),
+    ("table", "tables", "mesa", "mesas", "feminine"),
+    ("window", "windows", "ventana", "ventanas", "feminine"),
+    ("apple", "apples", "manzana", "manzanas", "feminine"),
+    ("bottle", "bottles", "botella", "botellas", "feminine"),
+    ("chair", "chairs", "silla", "sillas", "feminine"),
+    ("flower", "flowers", "flor", "flores", "feminine"),
+    ("key", "keys", "llave", "llaves", "feminine"),
+)
+# (English, Spanish); {be} is "is"/"are" by number.
+_TEMPLATES = (
+    ("I have {n} {noun}.", "Tengo {n} {noun}."),
+    ("You have {n} {noun}.", "Tienes {n} {noun}."),
+    ("We need {n} {noun}.", "Necesitamos {n} {noun}."),
+    ("She bought {n} {noun}.", "Ella compró {n} {noun}."),
+    ("They sold {n} {noun} yesterday.", "Ellos vendieron {n} {noun} ayer."),
+    ("My brother has {n} {noun}.", "Mi hermano tiene {n} {noun}."),
+    ("I see {n} {noun}.", "Veo {n} {noun}."),
+    ("There {be} {n} {noun} here.", "Hay {n} {noun} aquí."),
+)
+
+
+def _number_sentence(n: int, noun: tuple[str, str, str, str, str], template: tuple[str, str]) -> Pair:
+    en_sg, en_pl, es_sg, es_pl, gender = noun
+    one = n == 1
+    en = template[0].format(n=english_number(n), noun=en_sg if one else en_pl, be="is" if one else "are")
+    es = template[1].format(n=spanish_number(n, gender), noun=es_sg if one else es_pl)  # type: ignore[arg-type]
+    return en, es
+
+
+def _random_number(rng: random.Random, max_digits: int) -> int:
+    digits = rng.randint(1, max_digits)  # as many 1-digit as 6-digit numbers
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def number_pairs(num_pairs: int, seed: int = 42, *, sentence_fraction: float = 0.5) -> list[Pair]:
+    """``num_pairs`` distinct English->Spanish pairs: numbers written as words, and short sentences.
+
+    **What it is.** A number below a million, written out (``"three hundred twenty-one thousand
+    four"`` -> ``"trescientos veintiún mil cuatro"``), or, with probability ``sentence_fraction``,
+    one of 8 sentence templates with a number below 1000 and one of 16 nouns (``"She bought
+    twenty-one apples."`` -> ``"Ella compró veintiuna manzanas."``). The Spanish follows the
+    grammar of numerals: *dieciséis*, *veintidós*, *treinta y uno*, *cien* / *ciento*,
+    *quinientos*, *setecientos*, *novecientos*, *mil* / *dos mil*; agreement with the noun
+    (*un libro*, *una casa*, *veintiún libros*, *doscientas casas*) and singular/plural (*Hay un
+    árbol aquí.*). Numbers have 1 to 6 digits with equal probability. Deterministic in ``seed``.
+
+    **What it can show.** That the translator learns a real, compositional mapping between two
+    languages (word order differs: *twenty-one* -> *veintiuno*, *forty-five* -> *cuarenta y
+    cinco*; gender agreement needs the noun that comes after the number), and exact match can
+    reach 100 %.
+
+    **What it cannot show.** It is not natural language: the vocabulary is about a hundred words
+    and the syntax is fixed, so its BLEU says nothing about translating real text (use Tatoeba's
+    spa.txt for that).
+    """
+    if isinstance(num_pairs, bool) or not isinstance(num_pairs, int) or num_pairs < 1:
+        raise ValueError(f"number_pairs: num_pairs must be an int >= 1, got {num_pairs!r}")
+    if not 0.0 <= sentence_fraction <= 1.0:
+        raise ValueError(f"number_pairs: sentence_fraction must be in [0, 1], got {sentence_fraction!r}")
+    sentences = 999 * len(_NOUNS) * len(_TEMPLATES)
+    limit = sentences // 2 if sentence_fraction == 1.0 else 500_000
+    if num_pairs > limit:
+        raise ValueError(f"number_pairs: at most {limit} distinct pairs with sentence_fraction={sentence_fraction}")
+    rng = random.Random(seed)
+    seen: dict[str, str] = {}
+    while len(seen) < num_pairs:
+        if rng.random() < sentence_fraction:
+            en, es = _number_sentence(_random_number(rng, 3) or 1, rng.choice(_NOUNS), rng.choice(_TEMPLATES))
+        else:
+            n = _random_number(rng, 6)
+            en, es = english_number(n), spanish_number(n)
+        seen.setdefault(en, es)
+    return list(seen.items())
+
+
+# ====================================================================== batches
+class EncodedPairs(Dataset):
+    """Item ``i``: ``(source ids + EOS, BOS + target ids + EOS, i)``; ``refs[i]`` is the target text."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]], refs: list[str]) -> None:
+        self.src, self.tgt, self.refs = src, tgt, refs
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, index: int) -> tuple[list[int], list[int], int]:
+        return self.src[index], self.tgt[index], index
+
+
+TranslationBatch = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+def collate_pairs(items: Sequence[tuple[list[int], list[int], int]]) -> TranslationBatch:
+    """Pad encoded pairs into ``(src, src_mask, tgt_in, tgt_out, index)`` (see the module docstring)."""
+    src, src_mask = pad_sequences([s for s, _, _ in items], PAD_ID)
+    tgt, _ = pad_sequences([t for _, t, _ in items], PAD_ID)
+    tgt_out = tgt[:, 1:].clone()
+    tgt_in = tgt[:, :-1].masked_fill(tgt[:, :-1] == EOS_ID, PAD_ID)  # EOS is never a decoder input
+    return src, src_mask, tgt_in, tgt_out, torch.tensor([i for _, _, i in items], dtype=torch.long)
+
+
+class _LengthBatches(torch.utils.data.Sampler[list[int]]):
+    """Shuffled batches of similar-length examples: sort within random pools of 50 batches, then
+    shuffle the batches. The order depends on ``seed`` and the epoch (Lightning calls
+    :meth:`set_epoch`; otherwise every pass counts as the next epoch)."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+        self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        rng = random.Random(self.seed * 1000003 + self.epoch)
+        self.epoch += 1
+        order = list(range(len(self.lengths)))
+        rng.shuffle(order)
+        pool = self.batch_size * 50
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = sorted(order[start : start + pool], key=self.lengths.__getitem__)
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        rng.shuffle(batches)
+        return iter(batches)
+
+    def __len__(self) -> int:
+        pool = self.batch_size * 50
+        full, rest = divmod(len(self.lengths), pool)
+        return full * 50 + -(-rest // self.batch_size)
+
+
+# ====================================================================== data module
+class PairsDataModule(SplitDataModule):
+    """Translation pairs as padded batches (:class:`TranslationBatch`).
+
+    ``setup()`` reads the pairs (``data.source``), lower-cases them if asked, swaps the columns
+    with ``reverse``, deduplicates and splits them (:func:`split_pairs`), builds the tokenizer(s)
+    on the *training* split only (one shared by both languages, or one per language) unless they
+    come from a checkpoint (:meth:`from_artifacts`), and encodes every split.
+
+    Lengths: a training pair with more than ``max_len`` tokens on either side is left out (a cut
+    translation would teach wrong output); a warning counts them. Validation and test pairs are
+    all kept: their token ids are cut to ``max_len`` for the teacher-forced loss (a warning counts
+    them), while BLEU, chrF and exact match compare the decoded output with the full reference
+    text.
+    """
+
+    def __init__(
+        self,
+        cfg: PairsDataConfig,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self._tokenizers = tokenizers
+        self.splits: PairSplits | None = None
+        self.datasets: dict[str, EncodedPairs] = {}
+        self.dropped: dict[str, int] = {}
+
+    @classmethod
+    def from_artifacts(
+        cls, cfg: PairsDataConfig, artifacts: dict[str, Any], batch_size: int = 64, num_workers: int = 0
+    ) -> PairsDataModule:
+        """A module that reuses the tokenizers saved by :meth:`artifacts`."""
+        return cls(cfg, batch_size, num_workers, tokenizers=tokenizers_from_artifacts(artifacts))
+
+    # -------------------------------------------------------------- loading
+    def load_pairs(self) -> list[Pair]:
+        """The raw pairs of ``data.source`` after ``lowercase`` and ``reverse``, before dedup/split."""
+        cfg = self.cfg
+        if cfg.source == BUILTIN_SOURCE:
+            pairs = number_pairs(cfg.num_pairs, cfg.seed, sentence_fraction=cfg.sentence_fraction)
+        else:
+            pairs = read_pairs(cfg.source, skip_bad_lines=cfg.skip_bad_lines)
+        if cfg.lowercase:
+            pairs = [(s.lower(), t.lower()) for s, t in pairs]
+        if cfg.reverse:
+            pairs = [(t, s) for s, t in pairs]
+        return pairs
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits is not None:
+            return
+        cfg = self.cfg
+        splits = split_pairs(self.load_pairs(), cfg.val_fraction, cfg.test_fraction, cfg.seed)
+        if not splits.train:
+            raise ValueError(f"data.source={cfg.source!r}: the training split is empty")
+        if self._tokenizers is None:
+            self._tokenizers = self._build_tokenizers(splits.train)
+        self.splits = splits
+        src_tok, tgt_tok = self._tokenizers
+        for split in ("train", "val", "test"):
+            pairs = getattr(splits, split)
+            src = [src_tok.encode(s) for s, _ in pairs]
+            tgt = [tgt_tok.encode(t) for _, t in pairs]
+            too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
+            self.dropped[split] = sum(too_long)
+            if split == "train":
+                keep = [i for i, long in enumerate(too_long) if not long]
+                src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
+            src = [[*s[: cfg.max_len], EOS_ID] for s in src]
+            tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
+            self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
+        if not self.datasets["train"].src:
+            raise ValueError(f"data: every training pair is longer than data.max_len={cfg.max_len}; raise it")
+        if self.dropped["train"]:
+            warnings.warn(
+                f"data: left out {self.dropped['train']} of {len(splits.train)} training pairs longer than "
+                f"data.max_len={cfg.max_len} tokens",
+                stacklevel=2,
+            )
+        cut = self.dropped["val"] + self.dropped["test"]
+        if cut:
+            warnings.warn(
+                f"data: {cut} validation/test pairs are longer than data.max_len={cfg.max_len} tokens; their loss "
+                "uses the first max_len tokens, BLEU the whole reference",
+                stacklevel=2,
+            )
+
+    def _build_tokenizers(self, train: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
+        cfg = self.cfg
+        build = partial(build_tokenizer, cfg.tokenizer, vocab_size=cfg.vocab_size, min_freq=cfg.min_freq)
+        if cfg.shared_vocab:
+            shared = build([s for s, _ in train] + [t for _, t in train])
+            return shared, shared
+        return build([s for s, _ in train]), build([t for _, t in train])
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise RuntimeError(f"PairsDataModule: call setup() before {split}_dataloader()")
+        dataset = self.datasets[split]
+        common: dict[str, Any] = dict(
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0, collate_fn=collate_pairs
+        )
+        if shuffle and self.cfg.batch_by_length:
+            lengths = [len(s) + len(t) for s, t in zip(dataset.src, dataset.tgt)]
+            return DataLoader(dataset, batch_sampler=_LengthBatches(lengths, self.batch_size, self.cfg.seed), **common)
+        generator = torch.Generator().manual_seed(self.cfg.seed) if shuffle else None
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, **common)
+
+    # -------------------------------------------------------------- properties / export
+    @property
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        """``(source tokenizer, target tokenizer)`` (the same object when the vocabulary is shared)."""
+        if self._tokenizers is None:
+            raise RuntimeError("PairsDataModule: the tokenizers are built by setup(); call it first")
+        return self._tokenizers
+
+    def artifacts(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"src_tokenizer": ..., "tgt_tokenizer": ... or None if shared, "max_len": int}``."""
+        src, tgt = self.tokenizers
+        return {
+            "src_tokenizer": src.to_dict(),
+            "tgt_tokenizer": None if tgt is src else tgt.to_dict(),
+            "max_len": self.cfg.max_len,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Split sizes, vocabulary sizes and the share of ``<unk>`` tokens per split (after setup)."""
+        if self.splits is None:
+            raise RuntimeError("PairsDataModule: call setup() first")
+        src, tgt = self.tokenizers
+        out: dict[str, Any] = {"src_vocab_size": src.vocab_size, "tgt_vocab_size": tgt.vocab_size}
+        for split, ds in self.datasets.items():
+            n_src = sum(len(s) - 1 for s in ds.src)
+            n_tgt = sum(len(t) - 2 for t in ds.tgt)
+            out[split] = {
+                "pairs": len(ds),
+                "src_unk": sum(s.count(src.unk_id) for s in ds.src) / max(n_src, 1),
+                "tgt_unk": sum(t.count(tgt.unk_id) for t in ds.tgt) / max(n_tgt, 1),
+                "over_max_len": self.dropped.get(split, 0),
+            }
+        return out
+
+
+def tokenizers_from_artifacts(artifacts: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:
+    """``(source, target)`` tokenizers from :meth:`PairsDataModule.artifacts` (the same object if shared)."""
+    if not isinstance(artifacts, dict) or "src_tokenizer" not in artifacts:
+        raise ValueError("translation artifacts must hold 'src_tokenizer' (and 'tgt_tokenizer', None when shared)")
+    src = tokenizer_from_dict(artifacts["src_tokenizer"])
+    tgt = src if artifacts.get("tgt_tokenizer") is None else tokenizer_from_dict(artifacts["tgt_tokenizer"])
+    return src, tgt

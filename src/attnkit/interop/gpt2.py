@@ -1,0 +1,116 @@
+"""GPT-2 (Hugging Face ``model_type: gpt2``) -> :class:`attnkit.models.LanguageModel`.
+
+GPT-2 is a pre-norm decoder: token + learned position embeddings, per layer ``ln_1`` -> causal
+self-attention (one fused ``c_attn`` projection, q, k, v in that order) -> ``ln_2`` -> MLP with the
+tanh GELU (``gelu_new``), a final ``ln_f`` and an output layer tied to the token embedding. Its
+``Conv1D`` layers store weights as ``[in, out]``, the transpose of ``nn.Linear``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from attnkit.errors import ConfigError
+from attnkit.interop.weights import Rule
+from attnkit.models.lm import LanguageModelConfig
+
+__all__ = ["gpt2_config", "gpt2_ignored", "gpt2_rules", "normalize_gpt2_names"]
+
+# gelu_new, gelu_fast and gelu_pytorch_tanh are the same tanh approximation (to float rounding).
+ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
+HEAD_PREFIXES = ("score.", "multiple_choice_head.", "qa_outputs.", "classifier.")
+
+
+def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> LanguageModelConfig:
+    """The attnkit config of a Hugging Face GPT-2 ``config.json`` (dict).
+
+    GPT-2 has one special token, ``<|endoftext|>``, which begins and ends texts: it becomes
+    ``bos_id``, ``eos_id`` and ``pad_id``. ``eos_id`` (from the tokenizer) wins over the config's
+    ``eos_token_id``; without either in the vocabulary the last id is used (as in GPT-2's own).
+    """
+    unsupported = []
+    if hf.get("add_cross_attention"):
+        unsupported.append("add_cross_attention (cross-attention layers)")
+    if hf.get("scale_attn_by_inverse_layer_idx"):
+        unsupported.append("scale_attn_by_inverse_layer_idx")
+    if not hf.get("scale_attn_weights", True):
+        unsupported.append("scale_attn_weights=false")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        unsupported.append(f"activation_function={act!r} (supported: {', '.join(ACTIVATIONS)})")
+    if unsupported:
+        raise ConfigError(f"{source}: this GPT-2 variant is not supported: {'; '.join(unsupported)}")
+    try:
+        vocab_size, d_model = hf["vocab_size"], hf["n_embd"]
+        if eos_id is None or not 0 <= eos_id < vocab_size:
+            eos_id = hf.get("eos_token_id")
+        if not isinstance(eos_id, int) or not 0 <= eos_id < vocab_size:
+            eos_id = vocab_size - 1
+        return LanguageModelConfig(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            num_heads=hf["n_head"],
+            num_layers=hf["n_layer"],
+            dim_feedforward=hf.get("n_inner") or 4 * d_model,
+            dropout=hf.get("resid_pdrop", 0.1),
+            activation=ACTIVATIONS[act],
+            norm_first=True,
+            positional="learned",
+            max_len=hf["n_positions"],
+            tie_weights=hf.get("tie_word_embeddings", True),
+            bias=True,
+            layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+            pad_id=eos_id,
+            bos_id=eos_id,
+            eos_id=eos_id,
+        )
+    except KeyError as err:
+        raise ConfigError(f"{source}: GPT-2 config has no {err.args[0]!r}") from None
+    except ValueError as err:  # pydantic's ValidationError
+        raise ConfigError(f"{source}: invalid GPT-2 config: {err}") from None
+
+
+def normalize_gpt2_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Without the ``transformer.`` prefix of ``GPT2LMHeadModel`` and the other task models."""
+    return {name.removeprefix("transformer."): tensor for name, tensor in tensors.items()}
+
+
+def gpt2_ignored(name: str) -> bool:
+    """Tensors of a GPT-2 file that are not the language model's: the causal-mask buffers of old
+    checkpoints (``attn.bias``, ``attn.masked_bias``) and task heads."""
+    return name.endswith((".attn.bias", ".attn.masked_bias")) or name.startswith(HEAD_PREFIXES)
+
+
+def gpt2_rules(config: LanguageModelConfig) -> list[Rule]:
+    """How each tensor of :class:`LanguageModel` is made from a GPT-2 file.
+
+    With tied weights the output layer is the token embedding (a separate ``lm_head.weight`` in
+    the file must then equal it: the caller checks); untied, it comes from ``lm_head.weight``.
+    """
+
+    def pair(target: str, source: str, transpose: bool = False) -> list[Rule]:
+        return [Rule(f"{target}.weight", (f"{source}.weight",), transpose), Rule(f"{target}.bias", (f"{source}.bias",))]
+
+    rules = [
+        Rule("token_embedding.weight", ("wte.weight",)),
+        Rule("positional.embedding.weight", ("wpe.weight",)),
+        Rule("lm_head.weight", ("wte.weight",) if config.tie_weights else ("lm_head.weight",)),
+    ]
+    for i in range(config.num_layers):
+        src, dst = f"h.{i}", f"decoder.layers.{i}"
+        rules += pair(f"{dst}.norm1", f"{src}.ln_1")
+        rules += pair(f"{dst}.self_attn.in_proj", f"{src}.attn.c_attn", transpose=True)
+        rules += pair(f"{dst}.self_attn.out_proj", f"{src}.attn.c_proj", transpose=True)
+        rules += pair(f"{dst}.norm3", f"{src}.ln_2")
+        rules += pair(f"{dst}.ff.linear1", f"{src}.mlp.c_fc", transpose=True)
+        rules += pair(f"{dst}.ff.linear2", f"{src}.mlp.c_proj", transpose=True)
+    rules += pair("decoder.norm", "ln_f")
+    return rules

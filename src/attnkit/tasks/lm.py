@@ -1,0 +1,237 @@
+"""Language modelling: train a decoder-only Transformer on a text corpus, then generate text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import SumMetric
+
+from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, tokenizer_of
+from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
+from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
+from attnkit.tasks.base import AttentionExample, Task, TaskConfig
+from attnkit.training.config import OptimConfig, TrainerConfig
+from attnkit.training.module import TaskModule
+
+__all__ = [
+    "LMConfig",
+    "LMModelConfig",
+    "LanguageModelModule",
+    "LanguageModelTask",
+    "generate_from_run",
+    "generate_text",
+]
+
+
+class LMModelConfig(LanguageModelArchitecture):
+    """A small character-level GPT that learns the built-in corpus in a couple of minutes on a CPU
+    (no dropout: a short run on a large corpus does not overfit, and dropout slows a CPU step ~1.5x)."""
+
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 3
+    dim_feedforward: int = 512
+    dropout: float = 0.0
+    max_len: int = 64
+
+
+class LMConfig(TaskConfig):
+    model: LMModelConfig = LMModelConfig()
+    data: LMDataConfig = LMDataConfig()
+    optim: OptimConfig = OptimConfig(optimizer="adamw", lr=2e-3, weight_decay=0.01, warmup=100, gradient_clip_val=1.0)
+    trainer: TrainerConfig = TrainerConfig(max_epochs=2, batch_size=32)
+
+
+class LanguageModelModule(TaskModule):
+    """Next-token cross-entropy (ignored targets: padding and ``<bos>``); logs besides
+    ``loss``/``acc`` (next-token accuracy) the split's perplexity ``ppl = exp(mean loss per
+    token)`` and bits per character ``bpc = total loss in bits / characters of the text predicted``
+    (each document's characters plus one for its end, predicted as ``<eos>``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.nll_sum = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
+        self.token_count = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
+        self._batch_nll: tuple[Tensor, int] | None = None
+
+    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+        inputs, targets = batch
+        logits = self.model(inputs)
+        keep = targets != IGNORE_INDEX
+        logits, targets = logits[keep], targets[keep]
+        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
+        count = int(targets.numel())
+        self._batch_nll = (nll.detach(), count)
+        return nll / max(count, 1), logits, targets
+
+    def _accumulate(self, stage: str) -> None:
+        assert self._batch_nll is not None
+        nll, count = self._batch_nll
+        self.nll_sum[stage].update(nll)
+        self.token_count[stage].update(torch.tensor(float(count), device=nll.device))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        super().validation_step(batch, batch_idx)
+        self._accumulate("val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        super().test_step(batch, batch_idx)
+        self._accumulate("test")
+
+    def _log_text_metrics(self, stage: str) -> None:
+        nll, count = self.nll_sum[stage].compute(), self.token_count[stage].compute()
+        self.nll_sum[stage].reset()
+        self.token_count[stage].reset()
+        if self.trainer.sanity_checking or float(count) == 0:
+            return
+        self.log(f"{stage}/ppl", torch.exp(nll / count))
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if isinstance(datamodule, LanguageModelDataModule) and datamodule.documents:
+            self.log(f"{stage}/bpc", nll / math.log(2) / datamodule.num_chars(stage))
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_text_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_text_metrics("test")
+
+
+class LanguageModelTask(Task):
+    name = "lm"
+    summary = "language modelling and text generation: any UTF-8 text file, or a built-in generated corpus"
+    config_cls = LMConfig
+    module_cls = LanguageModelModule
+    monitor = ("val/loss", "min")
+
+    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
+        kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
+        if artifacts:
+            return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
+        return LanguageModelDataModule(cfg.data, **kw)
+
+    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+        model = LanguageModelConfig(
+            **cfg.model.model_dump(), vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
+        )
+        return "lm", model.model_dump(), datamodule.vocab_size
+
+    def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
+        """Each input is a prompt; the output is the prompt and its greedy continuation (at most 200
+        tokens, until the end of the document), line breaks written as ``\\n``."""
+        tokenizer = tokenizer_of(module.hparams["artifacts"])
+        out = []
+        for prompt in inputs:
+            (text,) = generate_text(module.model, tokenizer, prompt, max_new_tokens=200, temperature=0.0)
+            out.append(text.replace("\\", "\\\\").replace("\n", "\\n"))
+        return out
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """Causal self-attention over ``<bos>`` + the tokens of each text, then of the first
+        ``max_len - 1`` tokens of each validation document of ``indices``."""
+        tokenizer = tokenizer_of(module.hparams["artifacts"])
+        model: LanguageModel = module.model  # type: ignore[assignment]
+        inputs = [(f"{t!r}", t) for t in texts or []]
+        if indices:
+            cfg = LMConfig.model_validate(module.hparams["config"])
+            datamodule = self.build_datamodule(cfg, module.hparams["artifacts"])
+            datamodule.setup("validate")
+            docs = datamodule.documents["val"]
+            for index in indices:
+                if not 0 <= index < len(docs):
+                    raise ValueError(f"lm: validation document {index} out of range (there are {len(docs)})")
+                inputs.append((f"validation document {index}", docs[index]))
+        out = []
+        for name, text in inputs:
+            ids = tokenizer.encode(text, add_bos=True)[: model.config.max_len]
+            maps = model.get_attention_maps(torch.tensor([ids], device=module.device))
+            labels = [_token_label(tokenizer, i) for i in ids]
+            out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, f"lm, {name}"))
+        return out
+
+
+def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
+    text = tokenizer.decode([token_id], skip_special=False)
+    return text.replace(" ", "\u2423").replace("\n", "\\n") or "\u2205"
+
+
+# ====================================================================== generation
+def generate_text(
+    model: LanguageModel,
+    tokenizer: Tokenizer,
+    prompt: str = "",
+    *,
+    max_new_tokens: int = 200,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_samples: int = 1,
+    write: Callable[[str], None] | None = None,
+) -> list[str]:
+    """``num_samples`` texts that continue ``prompt`` (each is the prompt followed by its continuation).
+
+    The prompt is encoded as the beginning of a document (``<bos>`` + its tokens; an empty prompt
+    starts from ``<bos>`` alone); characters/words the tokenizer does not know become ``<unk>``.
+    Generation stops at ``<eos>`` (the end of a document) or after ``max_new_tokens``. ``seed``
+    makes sampling reproducible (the samples are drawn one after the other from one generator).
+    ``write`` receives the text as it is produced: for each sample the prompt, then every new piece,
+    then ``"\\n"``.
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    prompt_ids = torch.tensor([tokenizer.encode(prompt, add_bos=True)], device=device)
+    texts = []
+    for _ in range(num_samples):
+        stream = StreamDecoder(tokenizer)
+        pieces: list[str] = []
+
+        def on_token(token: Tensor, stream: StreamDecoder = stream, pieces: list[str] = pieces) -> None:
+            piece = stream.push(int(token[0]))
+            pieces.append(piece)
+            if write is not None and piece:
+                write(piece)
+
+        if write is not None:
+            write(prompt)
+        model.generate(
+            prompt_ids,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+            on_token=on_token,
+        )
+        rest = stream.flush()
+        pieces.append(rest)
+        if write is not None:
+            write(rest + "\n")
+        texts.append(prompt + "".join(pieces))
+    return texts
+
+
+def generate_from_run(run: str | Path, prompt: str = "", **kwargs: Any) -> list[str]:
+    """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
+    from attnkit.errors import CheckpointError
+    from attnkit.tasks.runner import load_run
+
+    loaded = load_run(run)
+    if loaded.task.name != LanguageModelTask.name:
+        raise CheckpointError(
+            f"{loaded.checkpoint} is a run of task {loaded.task.name!r}; `attnkit generate` needs a run of task 'lm' "
+            "(use `attnkit predict` for other tasks)"
+        )
+    tokenizer = tokenizer_of(loaded.hparams["artifacts"])
+    return generate_text(loaded.module.model, tokenizer, prompt, **kwargs)  # type: ignore[arg-type]
