@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from attnkit.config import ConfigError, load_yaml, merge, validate_config
 from attnkit.tasks import get_task
 from attnkit.tasks.base import TaskConfig
-from attnkit.tasks.runner import TrainResult, fit, load_run
+from attnkit.tasks.runner import TrainResult, fit, is_rank_zero, load_run
 
 __all__ = ["build_config", "load_run", "train"]
 
@@ -69,4 +70,21 @@ def train(
             raise ConfigError(f"cannot resume {resume}: it has no config.yaml (is it a run folder?)")
         config = merge(load_yaml(saved), config if isinstance(config, dict) else {})
     cfg = build_config(task, config, overrides)
-    return fit(get_task(task), cfg, resume=resume, callbacks=callbacks)
+    result = fit(get_task(task), cfg, resume=resume, callbacks=callbacks)
+    if cfg.trainer.report and is_rank_zero():
+        write_report_or_warn(result.run_dir)
+    return result
+
+
+def write_report_or_warn(run_dir: Path) -> None:
+    """``report.html`` in the run folder. A failure only warns: the trained run is kept either way."""
+    try:
+        from attnkit.viz.report import write_report
+
+        write_report(run_dir)
+    except Exception as err:
+        warnings.warn(
+            f"could not write {run_dir / 'report.html'} ({type(err).__name__}: {err}); the run is complete. "
+            f"Try again with: attnkit report {run_dir}",
+            stacklevel=2,
+        )

@@ -41,3 +41,4 @@ class TrainerConfig(StrictModel):
     limit_train_batches: int | float | None = Field(None, gt=0)
     deterministic: bool = False
     progress_bar: bool = True
+    report: bool = Field(True, description="write report.html into the run folder when training ends")
