@@ -76,6 +76,19 @@ def test_a_failing_report_warns_and_keeps_the_trained_run(tmp_path: Path, monkey
     assert not (result.run_dir / "report.html").exists()
 
 
+def test_report_can_be_switched_off(tmp_path: Path):
+    overrides = {"data.train_size": 256, "data.val_size": 32, "data.test_size": 32, "data.seq_len": 8}
+    result = attnkit.train(
+        "reverse",
+        output_dir=str(tmp_path),
+        name="r",
+        trainer={"max_epochs": 1, "threads": 1, "report": False, "progress_bar": False},
+        **overrides,
+    )
+    assert (result.run_dir / "metrics.json").is_file()
+    assert not (result.run_dir / "report.html").exists()
+
+
 def test_report_of_a_lone_checkpoint_is_refused(reverse_run: Path, tmp_path: Path):
     lone = tmp_path / "model.ckpt"
     shutil.copy(reverse_run / "checkpoints" / "best.ckpt", lone)

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
-import lightning as L
-from torch.utils.data import DataLoader
+from collections.abc import Callable
+from typing import Any, NoReturn
 
-__all__ = ["SplitDataModule"]
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+__all__ = ["SplitDataModule", "invalid_data_value"]
+
+
+def invalid_data_value(name: str, value: Any, allowed: str) -> NoReturn:
+    """Raise the error for a bad ``data.<name>`` config value, saying what is allowed."""
+    raise ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
 
 
 class SplitDataModule(L.LightningDataModule):
     """A data module of train/val/test splits: subclasses build one loader in :meth:`_loader`;
     the training split is shuffled, validation and test keep their order."""
 
+    batch_size: int
+    num_workers: int
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         raise NotImplementedError
+
+    def _seeded_loader(self, dataset: Dataset, shuffle: bool, seed: int, collate_fn: Callable[..., Any]) -> DataLoader:
+        """A loader of ``dataset`` with the module's batch size and workers; when shuffled, its order
+        comes from a generator seeded with ``seed`` (the same order for the same seed)."""
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(seed) if shuffle else None,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            collate_fn=collate_fn,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from attnkit.data.base import SplitDataModule
+from attnkit.data.base import SplitDataModule, invalid_data_value
 from attnkit.data.synthetic import BatchedTensorDataset, identity_collate
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -80,33 +80,31 @@ class LMDataConfig:
         if isinstance(self.source, Path):
             self.source = str(self.source)
         if not isinstance(self.source, str) or not self.source.strip():
-            _bad("source", self.source, f"{BUILTIN!r} (the built-in corpus) or the path of a UTF-8 text file")
+            invalid_data_value(
+                "source", self.source, f"{BUILTIN!r} (the built-in corpus) or the path of a UTF-8 text file"
+            )
         if self.split_on not in ("blank_line", "line"):
-            _bad("split_on", self.split_on, "'blank_line' or 'line'")
+            invalid_data_value("split_on", self.split_on, "'blank_line' or 'line'")
         if self.tokenizer not in ("char", "word", "bpe"):
-            _bad("tokenizer", self.tokenizer, "'char', 'word' or 'bpe'")
+            invalid_data_value("tokenizer", self.tokenizer, "'char', 'word' or 'bpe'")
         if self.vocab_size is not None and (
             isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 5
         ):
-            _bad("vocab_size", self.vocab_size, "null or an int >= 5 (>= 260 for bpe)")
+            invalid_data_value("vocab_size", self.vocab_size, "null or an int >= 5 (>= 260 for bpe)")
         for name, low in (("min_freq", 1), ("builtin_documents", 3)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                _bad(name, value, f"an int >= {low}")
+                invalid_data_value(name, value, f"an int >= {low}")
         for name in ("val_fraction", "test_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value < 1.0:
-                _bad(name, value, "a number in (0, 1)")
+                invalid_data_value(name, value, "a number in (0, 1)")
         if self.val_fraction + self.test_fraction >= 1.0:
-            _bad(
+            invalid_data_value(
                 "val_fraction",
                 self.val_fraction,
                 f"val_fraction + test_fraction < 1 (test_fraction={self.test_fraction})",
             )
-
-
-def _bad(name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
 
 
 # ====================================================================== reading
@@ -348,16 +346,7 @@ class LanguageModelDataModule(SplitDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"LanguageModelDataModule: call setup() before {split}_dataloader()")
-        generator = torch.Generator().manual_seed(self.cfg.seed) if shuffle else None
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=identity_collate,
-        )
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, identity_collate)
 
     @property
     def tokenizer(self) -> Tokenizer:

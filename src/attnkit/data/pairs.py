@@ -497,8 +497,7 @@ class PairsDataModule(SplitDataModule):
         if shuffle and self.cfg.batch_by_length:
             lengths = [len(s) + len(t) for s, t in zip(dataset.src, dataset.tgt)]
             return DataLoader(dataset, batch_sampler=_LengthBatches(lengths, self.batch_size, self.cfg.seed), **common)
-        generator = torch.Generator().manual_seed(self.cfg.seed) if shuffle else None
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, **common)
+        return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs)
 
     # -------------------------------------------------------------- properties / export
     @property

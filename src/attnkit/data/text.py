@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import SplitDataModule
+from attnkit.data.base import SplitDataModule, invalid_data_value
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
 
@@ -94,10 +94,10 @@ class ClassifyDataConfig:
         if isinstance(self.test_source, Path):
             self.test_source = str(self.test_source)
         if not isinstance(self.source, str) or not self.source.strip():
-            _bad("source", self.source, f"'synthetic', an aclImdb folder or a {_suffixes()} file")
+            invalid_data_value("source", self.source, f"'synthetic', an aclImdb folder or a {_suffixes()} file")
         kind = source_kind(self.source)
         if kind is None:
-            _bad(
+            invalid_data_value(
                 "source",
                 self.source,
                 f"'synthetic', an aclImdb folder or a file ending in {_suffixes()} "
@@ -107,33 +107,31 @@ class ClassifyDataConfig:
             if not isinstance(self.test_source, str) or Path(self.test_source).suffix.lower() not in (
                 SUPPORTED_TABLE_SUFFIXES
             ):
-                _bad("test_source", self.test_source, f"None or a file ending in {_suffixes()}")
+                invalid_data_value("test_source", self.test_source, f"None or a file ending in {_suffixes()}")
             if kind != "table":
-                _bad("test_source", self.test_source, f"None when source is {kind!r} (it has its own test split)")
+                invalid_data_value(
+                    "test_source", self.test_source, f"None when source is {kind!r} (it has its own test split)"
+                )
         for name in ("text_column", "label_column"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                _bad(name, value, "a non-empty string")
+                invalid_data_value(name, value, "a non-empty string")
         for name, low in (("max_len", 1), ("vocab_size", 3), ("min_freq", 1), ("synthetic_size", 4)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                _bad(name, value, f"an int >= {low}")
+                invalid_data_value(name, value, f"an int >= {low}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            _bad("seed", self.seed, "an int")
+            invalid_data_value("seed", self.seed, "an int")
         for name in ("val_fraction", "test_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-                _bad(name, value, "a float in [0, 1)")
+                invalid_data_value(name, value, "a float in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1.0:
-            _bad(
+            invalid_data_value(
                 "val_fraction",
                 self.val_fraction,
                 f"a value with val_fraction + test_fraction < 1 (test_fraction={self.test_fraction})",
             )
-
-
-def _bad(name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
 
 
 def _suffixes() -> str:
@@ -722,17 +720,8 @@ class TextClassificationDataModule(SplitDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"TextClassificationDataModule: call setup() before {split}_dataloader()")
-        # The training order comes from a generator seeded with cfg.seed.
-        generator = torch.Generator().manual_seed(self.cfg.seed) if shuffle else None
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=partial(collate_text_batch, pad_id=self.pad_id),
-        )
+        collate = partial(collate_text_batch, pad_id=self.pad_id)
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate)
 
     def state_dict(self) -> dict[str, Any]:
         return self.artifacts() if self._tokenizer is not None and self._label_names is not None else {}
