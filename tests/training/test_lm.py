@@ -157,3 +157,24 @@ def test_training_on_a_text_file_with_bpe(tmp_path: Path):
     assert isinstance(loaded.config.data, LMDataConfig) and loaded.config.data.split_on == "line"
     (text,) = generate_from_run(result.run_dir, "Line 3", max_new_tokens=10, seed=0)
     assert text.startswith("Line 3")
+
+
+def test_attention_examples_are_the_models_causal_weights_and_refuse_overlong_inputs(lm_run: Path):
+    import torch
+
+    loaded = load_run(lm_run)
+    model = loaded.module.model
+    [example, val_example] = loaded.task.attention_examples(loaded.module, ["The owl"], [0])
+    tokenizer = loaded.task.build_datamodule(loaded.config, loaded.hparams["artifacts"]).tokenizer
+    ids = tokenizer.encode("The owl", add_bos=True)
+    expected = model.get_attention_maps(torch.tensor([ids]))
+    assert len(example.maps) == len(expected) == model.config.num_layers
+    for got, want in zip(example.maps, expected):
+        assert torch.equal(got, want[0])
+        assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1]), atol=1e-5)
+        assert torch.all(got.triu(diagonal=1) == 0)  # causal: nothing above the diagonal
+    assert len(example.query_labels) == len(ids)
+    assert val_example.maps[0].shape[-1] <= model.config.max_len
+    too_long = "a" * (model.config.max_len + 5)
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        loaded.task.attention_examples(loaded.module, [too_long])

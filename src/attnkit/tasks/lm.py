@@ -138,7 +138,15 @@ class LanguageModelTask(Task):
         ``max_len - 1`` tokens of each validation document of ``indices``."""
         tokenizer = tokenizer_of(module.hparams["artifacts"])
         model: LanguageModel = module.model  # type: ignore[assignment]
+        max_len = model.config.max_len
         inputs = [(f"{t!r}", t) for t in texts or []]
+        for name, text in inputs:
+            n = len(tokenizer.encode(text, add_bos=True))
+            if n > max_len:
+                raise ValueError(
+                    f"lm: input {name} is {n} tokens with <bos>, longer than the model's context of {max_len}; "
+                    "plot a shorter text (the map of a longer one would not be what the model computes)"
+                )
         if indices:
             cfg = LMConfig.model_validate(module.hparams["config"])
             datamodule = self.build_datamodule(cfg, module.hparams["artifacts"])
@@ -150,7 +158,7 @@ class LanguageModelTask(Task):
                 inputs.append((f"validation document {index}", docs[index]))
         out = []
         for name, text in inputs:
-            ids = tokenizer.encode(text, add_bos=True)[: model.config.max_len]
+            ids = tokenizer.encode(text, add_bos=True)[:max_len]  # validation documents: their start
             maps = model.get_attention_maps(torch.tensor([ids], device=module.device))
             labels = [_token_label(tokenizer, i) for i in ids]
             out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, f"lm, {name}"))
