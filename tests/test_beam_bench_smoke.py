@@ -7,23 +7,14 @@ trained model and a few reps), never that the speed goal is met.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "beam_search.py"
+from bench_helpers import run_quick
 
 
 def test_quick_run_prints_tables_and_json(tmp_path: Path) -> None:
     json_path = tmp_path / "beam.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(json_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = run_quick("beam_search.py", json_path, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "| batch | sentences | greedy ms/sentence | beam 4 ms/sentence | beam / greedy |" in out

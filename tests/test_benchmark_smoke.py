@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "encoder_block.py"
+from bench_helpers import run_quick
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     json_path = tmp_path_factory.mktemp("bench") / "results.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(json_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_quick("encoder_block.py", json_path, timeout=120)
     return proc, json_path
 
 

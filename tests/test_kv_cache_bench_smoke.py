@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from bench_helpers import run_quick
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kv_cache.py"
 
@@ -22,12 +23,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kv_cache.py"
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     json_path = tmp_path_factory.mktemp("bench") / "results.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(json_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_quick("kv_cache.py", json_path, timeout=180)
     return proc, json_path
 
 

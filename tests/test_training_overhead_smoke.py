@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_overhead.py"
+from bench_helpers import run_quick
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     json_path = tmp_path_factory.mktemp("bench") / "results.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(json_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_quick("training_overhead.py", json_path, timeout=60)
     return proc, json_path
 
 

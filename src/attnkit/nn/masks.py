@@ -23,8 +23,8 @@ __all__ = [
 def masked_fill_value(dtype: torch.dtype) -> float:
     """The logit given to masked positions: the dtype's lowest finite value.
 
-    A literal such as ``-1e9`` overflows to ``-inf`` in half precision; the lowest finite
-    value never does, so softmax stays finite.
+    A large negative literal (minus a billion, say) overflows to ``-inf`` in half precision;
+    the lowest finite value never does, so softmax stays finite.
     """
     return torch.finfo(dtype).min
 
