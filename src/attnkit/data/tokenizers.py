@@ -56,7 +56,40 @@ _TOKEN_RE = re.compile(r"\w+(?:'\w+)*|[^\w\s]")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'"})
 
 
-class WordTokenizer:
+class _VocabLookup:
+    """Lookups of a tokenizer that holds its vocabulary as ``_itos`` (tokens in id order) and
+    ``_stoi`` (token -> id); tokens outside it map to ``unk_id``."""
+
+    _itos: list[str]
+    _stoi: dict[str, int]
+    unk_id: int
+
+    def token_to_id(self, token: str) -> int:
+        """Id of ``token`` (``unk_id`` when it is not in the vocabulary)."""
+        return self._stoi.get(token, self.unk_id)
+
+    def id_to_token(self, i: int) -> str:
+        """Token of id ``i``."""
+        return self._itos[i]
+
+    @property
+    def vocab(self) -> list[str]:
+        """Tokens in id order (a copy)."""
+        return list(self._itos)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, specials included."""
+        return len(self._itos)
+
+    def __len__(self) -> int:
+        return len(self._itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._stoi
+
+
+class WordTokenizer(_VocabLookup):
     """Lower-cases, strips ``<br />`` tags and splits into words and punctuation marks.
 
     ``"I didn't like it.<br /><br />Really!"`` -> ``["i", "didn't", "like", "it", ".", "really", "!"]``.
@@ -144,30 +177,6 @@ class WordTokenizer:
                 raise ValueError(f"WordTokenizer.decode: id {i} out of range [0, {n})")
             out.append(self._itos[i])
         return " ".join(out)
-
-    def token_to_id(self, token: str) -> int:
-        """Id of ``token`` (``unk_id`` when it is not in the vocabulary)."""
-        return self._stoi.get(token, self.unk_id)
-
-    def id_to_token(self, i: int) -> str:
-        """Token of id ``i``."""
-        return self._itos[i]
-
-    @property
-    def vocab(self) -> list[str]:
-        """Tokens in id order (a copy)."""
-        return list(self._itos)
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, specials included."""
-        return len(self._itos)
-
-    def __len__(self) -> int:
-        return len(self._itos)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._stoi
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WordTokenizer) and self._itos == other._itos
@@ -283,7 +292,7 @@ class Tokenizer(ABC):
         return ([BOS_ID] if add_bos else []) + ids + ([EOS_ID] if add_eos else [])
 
 
-class _VocabTokenizer(Tokenizer):
+class _VocabTokenizer(_VocabLookup, Tokenizer):
     """A tokenizer with an explicit token list: the text is split into pieces, each piece is one
     id, and decoding concatenates the pieces."""
 
@@ -355,26 +364,6 @@ class _VocabTokenizer(Tokenizer):
     def tokens(self, text: str) -> list[str]:
         """The vocabulary entries ``text`` encodes to (``"<unk>"`` for unknown pieces)."""
         return [self._itos[i] for i in self.encode(text)]
-
-    def token_to_id(self, token: str) -> int:
-        """Id of ``token`` (``unk_id`` when it is not in the vocabulary)."""
-        return self._stoi.get(token, UNK_ID)
-
-    def id_to_token(self, i: int) -> str:
-        """Token of id ``i``."""
-        return self._itos[i]
-
-    @property
-    def vocab(self) -> list[str]:
-        """Tokens in id order (a copy)."""
-        return list(self._itos)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._itos)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._stoi
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": TOKENIZER_FORMAT, "version": TOKENIZER_VERSION, "kind": self.kind, "vocab": list(self._itos)}
