@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -79,12 +78,11 @@ def train(
     except USER_ERRORS as err:
         _fail(err)
         return
-    _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
+    if result.is_global_zero:  # one summary, from the first process of a multi-process run
+        _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
 
 
 def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, best: Path | None) -> None:
-    if int(os.environ.get("LOCAL_RANK", 0)) != 0 or int(os.environ.get("NODE_RANK", 0)) != 0:
-        return  # one summary, from the first process of a multi-process run
     click.echo("")
     click.secho(f"{task}: finished in {wall:.1f} s", bold=True)
     for split in ("val", "test"):
@@ -100,7 +98,7 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
 @click.argument("run", type=click.Path())
 def test(run: str) -> None:
     """Evaluate RUN (a run folder or checkpoint file) on its task's test split."""
-    from attnkit.tasks.runner import evaluate
+    from attnkit.tasks import evaluate
 
     try:
         metrics = evaluate(run)
@@ -117,7 +115,7 @@ def test(run: str) -> None:
 @click.option("--file", "input_file", type=click.File("r"), help="Read one input per line ('-' for stdin).")
 def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) -> None:
     """Predict with RUN (a run folder or checkpoint file) on INPUTS (one prediction per line)."""
-    from attnkit.tasks.runner import load_run
+    from attnkit.tasks import load_run
 
     items = list(inputs)
     if input_file is not None:
@@ -403,7 +401,7 @@ def export(run: str, out: str) -> None:
     (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
     try:
         from attnkit.interop import save_model
-        from attnkit.tasks.runner import load_run
+        from attnkit.tasks import load_run
 
         loaded = load_run(run)
         artifacts = loaded.hparams.get("artifacts") or None

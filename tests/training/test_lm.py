@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+import torch
 from cli_helpers import run_cli
 from click.testing import CliRunner
 
@@ -15,8 +15,8 @@ import attnkit
 from attnkit.cli import main
 from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
 from attnkit.errors import CheckpointError
+from attnkit.tasks import load_run
 from attnkit.tasks.lm import LMConfig, generate_from_run, generate_text
-from attnkit.tasks.runner import load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
 TINY_LM = [
@@ -118,14 +118,13 @@ def test_cli_predict_and_test(lm_run: Path):
     assert float(line.split()[1]) == pytest.approx(metrics["test/bpc"], abs=1e-4)
 
 
-def test_generate_refuses_runs_of_other_tasks(lm_run: Path, monkeypatch: pytest.MonkeyPatch):
-    import attnkit.tasks.runner as runner
-    from attnkit.tasks import get_task
-
-    real = runner.load_run(lm_run)
-    monkeypatch.setattr(runner, "load_run", lambda path: dataclasses.replace(real, task=get_task("reverse")))
-    with pytest.raises(CheckpointError, match="needs a run of task 'lm'"):
-        generate_from_run(lm_run)
+def test_generate_refuses_runs_of_other_tasks(lm_run: Path, tmp_path: Path):
+    checkpoint = torch.load(lm_run / "checkpoints" / "best.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["task"] = "reverse"  # what a reverse run's checkpoint says
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
+    with pytest.raises(CheckpointError, match="is a run of task 'reverse'; this needs a run of task 'lm'"):
+        generate_from_run(other)
 
 
 def test_data_option_and_file_errors(tmp_path: Path):

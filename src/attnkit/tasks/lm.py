@@ -15,9 +15,10 @@ from torchmetrics import SumMetric
 from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.training.runner import load_run
 
 __all__ = [
     "LMConfig",
@@ -48,7 +49,7 @@ class LMConfig(TaskConfig):
     trainer: TrainerConfig = TrainerConfig(max_epochs=2, batch_size=32)
 
 
-class LanguageModelModule(TaskModule):
+class LanguageModelModule(ClassifierModule):
     """Next-token cross-entropy (ignored targets: padding and ``<bos>``); logs besides
     ``loss``/``acc`` (next-token accuracy) the split's perplexity ``ppl = exp(mean loss per
     token)`` and bits per character ``bpc = total loss in bits / characters of the text predicted``
@@ -102,24 +103,24 @@ class LanguageModelModule(TaskModule):
         self._log_text_metrics("test")
 
 
-class LanguageModelTask(Task):
+class LanguageModelTask(Task[LMConfig]):
     name = "lm"
     summary = "language modelling and text generation: any UTF-8 text file, or a built-in generated corpus"
     config_cls = LMConfig
     module_cls = LanguageModelModule
     monitor = ("val/loss", "min")
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
+    def build_datamodule(self, cfg: LMConfig, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
         return LanguageModelDataModule(cfg.data, **kw)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: LMConfig, datamodule: Any) -> ModelSpec:
         model = LanguageModelConfig(
             **cfg.model.model_dump(), vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
         )
-        return "lm", model.model_dump(), datamodule.vocab_size
+        return ModelSpec("lm", model.model_dump(), num_classes=datamodule.vocab_size)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input is a prompt; the output is the prompt and its greedy continuation (at most 200
@@ -232,14 +233,6 @@ def generate_text(
 
 def generate_from_run(run: str | Path, prompt: str = "", **kwargs: Any) -> list[str]:
     """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
-    from attnkit.errors import CheckpointError
-    from attnkit.tasks.runner import load_run
-
-    loaded = load_run(run)
-    if loaded.task.name != LanguageModelTask.name:
-        raise CheckpointError(
-            f"{loaded.checkpoint} is a run of task {loaded.task.name!r}; `attnkit generate` needs a run of task 'lm' "
-            "(use `attnkit predict` for other tasks)"
-        )
+    loaded = load_run(run, LanguageModelTask())
     tokenizer = tokenizer_of(loaded.hparams["artifacts"])
     return generate_text(loaded.module.model, tokenizer, prompt, **kwargs)  # type: ignore[arg-type]
