@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import Tensor
 
 from attnkit.config import validate_config
-from attnkit.models.config import StrictModel
+from attnkit.config import StrictModel
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 
