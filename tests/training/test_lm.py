@@ -108,6 +108,35 @@ def test_cli_generate(lm_run: Path):
     assert bad.exit_code == 2 and "top_p must be None or a number in (0, 1]" in bad.stderr
 
 
+def test_cli_generate_file_batched_with_stop_strings(lm_run: Path, tmp_path: Path):
+    prompts = ["The old", "", "A", "Did the cat say that the dog"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n", encoding="utf-8")
+    args = ["--file", str(tmp_path / "prompts.txt"), "--temperature", "0", "--max-new-tokens", "25"]
+    out_file = tmp_path / "texts.txt"
+    result = cli("generate", str(lm_run), *args, "--batch-size", "3", "--out", str(out_file))
+    assert result.exit_code == 0, result.stderr
+    lines = out_file.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(prompts) and all(line.startswith(p) for line, p in zip(lines, prompts))
+    # each line equals generating its prompt alone (greedy), whatever the batch
+    alone = [generate_from_run(lm_run, p, max_new_tokens=25, temperature=0.0)[0] for p in prompts]
+    assert lines == [text.replace("\\", "\\\\").replace("\n", "\\n") for text in alone]
+    # stop strings cut each text before the first stop string of its continuation, streamed or batched
+    stop = alone[0][len("The old") :][3:5]
+    stopped = generate_from_run(lm_run, prompts, max_new_tokens=25, temperature=0.0, stop=[stop], batch_size=2)
+    for p, text, full in zip(prompts, stopped, alone):
+        rest = full[len(p) :]
+        assert text == p + (rest[: rest.index(stop)] if stop in rest else rest)
+    pieces: list[str] = []
+    streamed = generate_from_run(
+        lm_run, prompts[0], max_new_tokens=25, temperature=0.0, stop=[stop], write=pieces.append
+    )
+    assert streamed == stopped[:1] and "".join(pieces) == stopped[0] + "\n"
+    bad = cli("generate", str(lm_run), "--out", str(out_file))
+    assert bad.exit_code == 2 and "--out goes with --file" in bad.stderr
+    bad = cli("generate", str(lm_run), "--repetition-penalty", "0")
+    assert bad.exit_code == 2 and "repetition_penalty must be a number > 0" in bad.stderr
+
+
 def test_cli_predict_and_test(lm_run: Path):
     result = cli("predict", str(lm_run), "The cat", "Did")
     out = result.stdout.splitlines()
