@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from pydantic import ConfigDict, field_validator
+from pydantic import field_validator
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.config import StrictModel
@@ -17,11 +17,10 @@ __all__ = ["DataConfig", "SplitDataModule"]
 
 
 class DataConfig(StrictModel):
-    """The base of the ``data`` section of every task: pydantic in strict mode (``"1"`` is not an
-    int, ``1`` is not a bool), unknown keys rejected. Path fields (``source`` ...) also accept a
-    ``pathlib.Path`` (stored as ``str``)."""
-
-    model_config = ConfigDict(strict=True)
+    """The base of the ``data`` section of every task: pydantic, unknown keys rejected, values
+    coerced as in every other section (``"8"`` from a command line or ``**{"data.seq_len": "8"}``
+    is the int 8; ``"eight"`` or ``1.5`` is an error naming the key). Path fields (``source`` ...)
+    also accept a ``pathlib.Path`` (stored as ``str``)."""
 
     @field_validator("*", mode="before")
     @classmethod
