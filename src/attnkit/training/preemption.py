@@ -78,7 +78,9 @@ class PreemptionCheckpoint(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         signum = self._received(trainer)
         if trainer.world_size > 1:  # any process's signal stops them all, at this same batch
-            signum = int(trainer.strategy.reduce(torch.tensor(signum, device=trainer.strategy.root_device), "max"))
+            signum = int(
+                trainer.strategy.reduce(torch.tensor(signum, device=trainer.strategy.root_device), reduce_op="max")
+            )
         if signum:
             self._save(trainer, signum)
             raise Preempted(signum, self.saved, "stopped by a signal", is_global_zero=trainer.is_global_zero)
