@@ -9,7 +9,7 @@ import click
 import yaml
 
 from attnkit.config import parse_overrides
-from attnkit.errors import CheckpointError, ConfigError
+from attnkit.errors import CheckpointError, ConfigError, Preempted
 
 USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
 
@@ -78,6 +78,10 @@ def train(
     except USER_ERRORS as err:
         _fail(err)
         return
+    except Preempted as stop:  # SIGTERM / SIGUSR1: last.ckpt is saved; say how to continue, exit 128 + signal
+        if stop.is_global_zero:
+            click.secho(f"attnkit: {stop}", fg="yellow", err=True)
+        sys.exit(stop.code)
     if result.is_global_zero:  # one summary, from the first process of a multi-process run
         _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
 

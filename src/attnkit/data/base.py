@@ -10,6 +10,8 @@ import lightning as L
 import torch
 from pydantic import field_validator
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from attnkit.config import StrictModel
 
@@ -40,12 +42,18 @@ class SplitDataModule(L.LightningDataModule):
 
     def _seeded_loader(self, dataset: Dataset, shuffle: bool, seed: int, collate_fn: Callable[..., Any]) -> DataLoader:
         """A loader of ``dataset`` with the module's batch size and workers; when shuffled, its order
-        comes from a generator seeded with ``seed`` (the same order for the same seed)."""
-        return DataLoader(
+        comes from a generator seeded with ``seed`` (the same order for the same seed).
+
+        The loader is stateful (``torchdata``'s :class:`StatefulDataLoader`, with its stateful
+        sampler): Lightning saves its position and generator in every checkpoint and restores them,
+        so a run resumed mid-epoch continues with the very batches it would have seen, and the
+        epochs after with the same orders. The generator is the sampler's alone (the loader draws
+        nothing from it), so the orders do not depend on how often a loader was started."""
+        generator = torch.Generator().manual_seed(seed)
+        return StatefulDataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(seed) if shuffle else None,
+            sampler=RandomSampler(dataset, generator=generator) if shuffle else None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate_fn,

@@ -117,9 +117,18 @@ class TaskModule(L.LightningModule):
         cfg = self.optim_config
         optimizer_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         optimizer = optimizer_cls(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        max_iters = cfg.max_iters or int(self.trainer.estimated_stepping_batches)
-        scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=max(max_iters, 1))
+        # Without optim.max_iters the period is the run's number of steps, set in on_train_start: asking
+        # the trainer for it here (`estimated_stepping_batches`) would set up the training data before
+        # a resumed run's checkpoint is restored, and the data loader would lose its position.
+        scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=cfg.max_iters or 1)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        if self.optim_config.max_iters is None:
+            # The first learning rate (step 0) does not depend on the period: only later ones do.
+            scheduler = self.lr_schedulers()
+            assert isinstance(scheduler, CosineWarmupScheduler)
+            scheduler.max_iters = max(int(self.trainer.estimated_stepping_batches), 1)
 
 
 class ClassifierModule(TaskModule):
