@@ -1,20 +1,69 @@
-"""What the data modules share."""
+"""What the data modules share, including how a multi-process (DDP) run shards its data.
+
+attnkit's data modules shard their own data (the runner turns off Lightning's sampler injection):
+a training split is cut into one disjoint shard per process with the same number of batches on
+every process (DDP synchronises gradients at every step, so a process with a batch fewer would hang
+the others), reshuffled per epoch from the seed (Lightning calls ``set_epoch``); an evaluation
+split is dealt out as :class:`EvalBatches`, every example exactly once.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-__all__ = ["SplitDataModule", "invalid_data_value"]
+__all__ = ["EvalBatches", "SplitDataModule", "invalid_data_value", "process_shard"]
 
 
 def invalid_data_value(name: str, value: Any, allowed: str) -> NoReturn:
     """Raise the error for a bad ``data.<name>`` config value, saying what is allowed."""
     raise ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
+
+
+def process_shard(datamodule: L.LightningDataModule) -> tuple[int, int]:
+    """``(number of processes, rank of this one)`` of the Lightning run ``datamodule`` is attached
+    to; ``(1, 0)`` outside a run."""
+    trainer = datamodule.trainer
+    if trainer is None:
+        return 1, 0
+    return int(trainer.world_size), int(trainer.global_rank)
+
+
+class EvalBatches(Sampler[list[int]]):
+    """Evaluation batches of one of ``num_replicas`` processes: the batches a single process makes
+    (``batch_size`` consecutive examples, in order), dealt round robin: rank ``r`` gets batches
+    ``r``, ``r + num_replicas``, ...
+
+    Every example is evaluated exactly once, in the same batch as in a one-process run, so metrics
+    summed over the processes equal the one-process figures (Lightning's
+    :class:`~torch.utils.data.DistributedSampler` instead repeats examples so that every process
+    gets as many, and counts them twice). A process may get one batch more than another, which
+    evaluation allows: nothing is synchronised per batch. Every process needs at least one batch.
+    """
+
+    def __init__(self, size: int, batch_size: int, num_replicas: int, rank: int, split: str = "evaluation") -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
+        batches = -(-size // batch_size)
+        if batches < num_replicas:
+            raise ValueError(
+                f"the {split} split has {size} examples, {batches} batch(es) of trainer.batch_size={batch_size}, "
+                f"fewer than the {num_replicas} processes (each needs at least one batch): lower trainer.batch_size "
+                "or trainer.devices, or make the split larger"
+            )
+        self.size, self.batch_size, self.num_replicas, self.rank = size, batch_size, num_replicas, rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.batch_size * self.num_replicas
+        for start in range(self.rank * self.batch_size, self.size, step):
+            yield list(range(start, min(start + self.batch_size, self.size)))
+
+    def __len__(self) -> int:
+        return len(range(self.rank * self.batch_size, self.size, self.batch_size * self.num_replicas))
 
 
 class SplitDataModule(L.LightningDataModule):
@@ -27,18 +76,40 @@ class SplitDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         raise NotImplementedError
 
-    def _seeded_loader(self, dataset: Dataset, shuffle: bool, seed: int, collate_fn: Callable[..., Any]) -> DataLoader:
-        """A loader of ``dataset`` with the module's batch size and workers; when shuffled, its order
-        comes from a generator seeded with ``seed`` (the same order for the same seed)."""
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(seed) if shuffle else None,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=collate_fn,
+    def _seeded_loader(
+        self,
+        dataset: Dataset,
+        shuffle: bool,
+        seed: int | None,
+        collate_fn: Callable[..., Any],
+        split: str = "evaluation",
+    ) -> DataLoader:
+        """A loader of ``dataset`` with the module's batch size and workers. One process: when
+        shuffled, the order comes from a generator seeded with ``seed`` (``None``: from torch's
+        global generator, which the run seeds). Several processes (see the module docstring): a
+        shuffled split gets a :class:`~torch.utils.data.DistributedSampler` (seeded by ``seed``,
+        else the seed of torch's global generator, the same on every process; the last
+        ``len % processes`` examples of each epoch's order are left out, so that the shards are
+        disjoint and equal), an ordered one :class:`EvalBatches`."""
+        common: dict[str, Any] = dict(
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0, collate_fn=collate_fn
         )
+        world, rank = process_shard(self)
+        if world > 1 and shuffle:
+            sampler = DistributedSampler(
+                dataset,
+                num_replicas=world,
+                rank=rank,
+                shuffle=True,
+                seed=torch.initial_seed() if seed is None else seed,
+                drop_last=True,
+            )
+            return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
+        if world > 1:
+            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)  # type: ignore[arg-type]
+            return DataLoader(dataset, batch_sampler=batches, **common)
+        generator = torch.Generator().manual_seed(seed) if shuffle and seed is not None else None
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=generator, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

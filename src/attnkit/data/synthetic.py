@@ -88,14 +88,7 @@ class ReverseDataModule(SplitDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=identity_collate,
-            persistent_workers=self.num_workers > 0,
-        )
+        return self._seeded_loader(self.splits[split], shuffle, None, identity_collate, split)
 
     def artifacts(self) -> dict[str, Any]:
         return {"data": asdict(self.cfg)}
