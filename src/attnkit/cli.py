@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -98,16 +99,30 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
         click.echo(f"  best  {best}")
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("run", type=click.Path())
-def test(run: str) -> None:
-    """Evaluate RUN (a run folder or checkpoint file) on its task's test split."""
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object, at full precision.")
+@click.pass_context
+def test(ctx: click.Context, run: str, as_json: bool) -> None:
+    """Evaluate RUN (a run folder or checkpoint file) on its task's test split.
+
+    Extra arguments override the run's trainer section, e.g. `trainer.devices=1 trainer.strategy=auto`
+    tests a multi-process run in one process."""
     from attnkit.tasks import evaluate
 
     try:
-        metrics = evaluate(run)
+        overrides = parse_overrides(ctx.args)
+        if set(overrides) - {"trainer"}:
+            raise ConfigError(
+                f"attnkit test takes trainer.* overrides only (got {', '.join(sorted(set(overrides) - {'trainer'}))}): "
+                "the model, data and decoding are the run's"
+            )
+        metrics = evaluate(run, trainer=overrides.get("trainer"))
     except USER_ERRORS as err:
         _fail(err)
+        return
+    if as_json:
+        click.echo(json.dumps(metrics, sort_keys=True))
         return
     for key, value in sorted(metrics.items()):
         click.echo(f"{key:<12} {value:.4f}")

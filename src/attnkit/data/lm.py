@@ -335,7 +335,7 @@ class LanguageModelDataModule(SplitDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"LanguageModelDataModule: call setup() before {split}_dataloader()")
-        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, identity_collate)
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, identity_collate, split)
 
     @property
     def tokenizer(self) -> Tokenizer:

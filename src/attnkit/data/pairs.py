@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import DataConfig, SplitDataModule
+from attnkit.data.base import DataConfig, SplitDataModule, process_shard
 from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -359,10 +359,23 @@ def collate_pairs(items: Sequence[tuple[list[int], list[int], int]]) -> Translat
 class _LengthBatches(torch.utils.data.Sampler[list[int]]):
     """Shuffled batches of similar-length examples: sort within random pools of 50 batches, then
     shuffle the batches. The order depends on ``seed`` and the epoch (Lightning calls
-    :meth:`set_epoch`; otherwise every pass counts as the next epoch)."""
+    :meth:`set_epoch`; otherwise every pass counts as the next epoch).
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+    With ``num_replicas`` processes every process draws the same batches and takes every
+    ``num_replicas``-th (from its ``rank``), all processes the same number: the last
+    ``len % num_replicas`` batches of the epoch's order are left out, so no process waits for a
+    batch another one lacks."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
+        if self._count(len(lengths), batch_size) < num_replicas:
+            raise ValueError(
+                f"the training split has {len(lengths)} pairs, fewer batches of trainer.batch_size={batch_size} than "
+                f"the {num_replicas} processes: lower trainer.batch_size or trainer.devices"
+            )
         self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -378,12 +391,17 @@ class _LengthBatches(torch.utils.data.Sampler[list[int]]):
             chunk = sorted(order[start : start + pool], key=self.lengths.__getitem__)
             batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         rng.shuffle(batches)
-        return iter(batches)
+        return iter(batches[self.rank : len(self) * self.num_replicas : self.num_replicas])
+
+    @staticmethod
+    def _count(size: int, batch_size: int) -> int:
+        """Batches of one epoch over all processes."""
+        pool = batch_size * 50
+        full, rest = divmod(size, pool)
+        return full * 50 + -(-rest // batch_size)
 
     def __len__(self) -> int:
-        pool = self.batch_size * 50
-        full, rest = divmod(len(self.lengths), pool)
-        return full * 50 + -(-rest // self.batch_size)
+        return self._count(len(self.lengths), self.batch_size) // self.num_replicas
 
 
 # ====================================================================== data module
@@ -495,8 +513,10 @@ class PairsDataModule(SplitDataModule):
         )
         if shuffle and self.cfg.batch_by_length:
             lengths = [len(s) + len(t) for s, t in zip(dataset.src, dataset.tgt)]
-            return DataLoader(dataset, batch_sampler=_LengthBatches(lengths, self.batch_size, self.cfg.seed), **common)
-        return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs)
+            world, rank = process_shard(self)
+            batches = _LengthBatches(lengths, self.batch_size, self.cfg.seed, num_replicas=world, rank=rank)
+            return DataLoader(dataset, batch_sampler=batches, **common)
+        return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs, split)
 
     # -------------------------------------------------------------- properties / export
     @property

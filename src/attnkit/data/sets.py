@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from attnkit.data.base import DataConfig
+from attnkit.data.base import DataConfig, EvalBatches, process_shard
 
 __all__ = [
     "AnomalyDataConfig",
@@ -643,8 +643,9 @@ class EpochShuffleSampler(DistributedSampler):
     Carrying the epoch in the index keeps random training sets reproducible per epoch even in
     DataLoader worker processes. Lightning calls :meth:`set_epoch` at every epoch start; it is
     forwarded to the dataset. With ``num_replicas > 1`` each rank gets every ``num_replicas``-th
-    index of the shuffled order (padded by repetition, as :class:`DistributedSampler`); being a
-    DistributedSampler, Lightning keeps it instead of wrapping it in distributed runs.
+    index of the shuffled order, all ranks as many: the last ``len % num_replicas`` sets of the
+    epoch's order are left out (``drop_last`` of :class:`DistributedSampler`), so the shards are
+    disjoint.
     """
 
     def __init__(
@@ -656,7 +657,7 @@ class EpochShuffleSampler(DistributedSampler):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -757,13 +758,9 @@ class SetAnomalyDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self._require_setup()
         assert self.train_dataset is not None
-        trainer = getattr(self, "trainer", None)
-        sampler = EpochShuffleSampler(
-            self.train_dataset,
-            _mix_seed(self.cfg.seed, 4),
-            num_replicas=int(getattr(trainer, "world_size", 1) or 1),
-            rank=int(getattr(trainer, "global_rank", 0) or 0),
-        )
+        trainer = self.trainer
+        world, rank = process_shard(self)
+        sampler = EpochShuffleSampler(self.train_dataset, _mix_seed(self.cfg.seed, 4), num_replicas=world, rank=rank)
         sampler.set_epoch(int(trainer.current_epoch) if trainer is not None else 0)
         self._train_sampler = sampler
         return DataLoader(
@@ -774,16 +771,21 @@ class SetAnomalyDataModule(L.LightningDataModule):
             persistent_workers=False,
         )
 
-    def _eval_loader(self, dataset: SetAnomalyDataset | None) -> DataLoader:
+    def _eval_loader(self, dataset: SetAnomalyDataset | None, split: str) -> DataLoader:
+        """The sets in order; in a multi-process run each process gets its :class:`EvalBatches`."""
         self._require_setup()
         assert dataset is not None
+        world, rank = process_shard(self)
+        if world > 1:
+            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)
+            return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers)
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.val_dataset)
+        return self._eval_loader(self.val_dataset, "val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_dataset)
+        return self._eval_loader(self.test_dataset, "test")
 
     def artifacts(self) -> dict[str, Any]:
         """JSON-serialisable description of the data to save with a run (incl. the standardisation)."""

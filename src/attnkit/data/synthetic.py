@@ -81,7 +81,7 @@ class ReverseDataModule(SplitDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
         # The training order comes from its own seed (after the three splits' data seeds).
-        return self._seeded_loader(self.splits[split], shuffle, self.cfg.seed + 3, identity_collate)
+        return self._seeded_loader(self.splits[split], shuffle, self.cfg.seed + 3, identity_collate, split)
 
     def artifacts(self) -> dict[str, Any]:
         return {"data": self.cfg.model_dump()}

@@ -700,7 +700,7 @@ class TextClassificationDataModule(SplitDataModule):
         if split not in self.datasets:
             raise RuntimeError(f"TextClassificationDataModule: call setup() before {split}_dataloader()")
         collate = partial(collate_text_batch, pad_id=self.pad_id)
-        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate)
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate, split)
 
     def state_dict(self) -> dict[str, Any]:
         return self.artifacts() if self._tokenizer is not None and self._label_names is not None else {}

@@ -57,8 +57,10 @@ class LanguageModelModule(ClassifierModule):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.nll_sum = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
-        self.token_count = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
+        # Summed over every batch of every process (torchmetrics adds the processes' sums), in
+        # float64 so that the order of the additions does not show in the figures.
+        self.nll_sum = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
+        self.token_count = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
         self._batch_nll: tuple[Tensor, int] | None = None
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -91,10 +93,13 @@ class LanguageModelModule(ClassifierModule):
         self.token_count[stage].reset()
         if self.trainer.sanity_checking or float(count) == 0:
             return
-        self.log(f"{stage}/ppl", torch.exp(nll / count))
+        # nll and count are the whole split's (summed over the processes), so the figures are the
+        # same on every process; the "max" sync keeps them bit-exact and tells Lightning they are global.
+        self.log(f"{stage}/ppl", torch.exp(nll / count), sync_dist=True, reduce_fx="max")
         datamodule = getattr(self.trainer, "datamodule", None)
         if isinstance(datamodule, LanguageModelDataModule) and datamodule.documents:
-            self.log(f"{stage}/bpc", nll / math.log(2) / datamodule.num_chars(stage))
+            bpc = nll / math.log(2) / datamodule.num_chars(stage)
+            self.log(f"{stage}/bpc", bpc, sync_dist=True, reduce_fx="max")
 
     def on_validation_epoch_end(self) -> None:
         self._log_text_metrics("val")

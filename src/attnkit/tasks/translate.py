@@ -19,6 +19,7 @@ from attnkit.models.config import EncoderConfig
 from attnkit.models.seq2seq import Hypotheses, Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
+from attnkit.training.distributed import gather_lists
 from attnkit.training.module import ClassifierModule, TaskModule
 from attnkit.training.runner import load_run
 
@@ -172,8 +173,13 @@ class TranslateModule(ClassifierModule):
         self._refs += [refs[i] for i in index.tolist()]
 
     def on_test_epoch_end(self) -> None:
-        for name, value in corpus_scores(self._hyps, self._refs).items():
-            self.log(f"test/{name}", value, sync_dist=True)
+        # A corpus score is not a mean of per-process scores: in a multi-process run every process
+        # gathers all translations and references and scores the whole test split (sacrebleu sums
+        # the statistics of every sentence). The figures are then identical on every process; the
+        # "max" sync keeps them bit-exact and tells Lightning they are global.
+        hyps, refs = gather_lists(self._hyps), gather_lists(self._refs)
+        for name, value in corpus_scores(hyps, refs).items():
+            self.log(f"test/{name}", torch.tensor(value, dtype=torch.float64), sync_dist=True, reduce_fx="max")
 
 
 # ====================================================================== translating user text

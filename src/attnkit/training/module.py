@@ -101,11 +101,12 @@ class TaskModule(L.LightningModule):
         self._train_sums = torch.zeros(3, device=self.device)
 
     def on_train_epoch_end(self) -> None:
-        # Summed over every process of a multi-process run, then divided: the epoch's exact means.
+        # Summed over every process of a multi-process run, then divided: the epoch's exact means,
+        # the same on every process (the "max" sync keeps them and tells Lightning they are global).
         loss_sum, correct, count = self.trainer.strategy.reduce(self._train_sums, reduce_op="sum").tolist()
-        self.log("train/loss_epoch", loss_sum / max(count, 1), prog_bar=True)
+        self.log("train/loss_epoch", loss_sum / max(count, 1), prog_bar=True, sync_dist=True, reduce_fx="max")
         if self.train_accuracy:
-            self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True)
+            self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True, sync_dist=True, reduce_fx="max")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "val")

@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from attnkit.config import ConfigError
+from attnkit.config import ConfigError, merge, validate_config
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
@@ -163,6 +163,9 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
         callbacks=callbacks,
         logger=logger,
         plugins=[AtomicCheckpointIO()],
+        # The data modules shard their own data across processes (attnkit.data.base): Lightning's
+        # DistributedSampler cannot wrap a batch sampler, and it repeats evaluation examples.
+        use_distributed_sampler=False,
     )
 
 
@@ -339,10 +342,20 @@ def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> Lo
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)
 
 
-def evaluate(run: LoadedRun) -> dict[str, float]:
-    """Test a trained run (:func:`load_run`) on its task's test split; returns the test metrics."""
+def evaluate(run: LoadedRun, trainer: dict[str, Any] | None = None) -> dict[str, float]:
+    """Test a trained run (:func:`load_run`) on its task's test split; returns the test metrics.
+
+    ``trainer``: overrides of the run's ``trainer`` section (e.g. ``{"devices": 1, "strategy":
+    "auto"}`` to test a multi-process run in one process).
+    """
     _quiet_lightning()
-    datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
-    trainer = _trainer(run.config, Path(run.run_dir or "."), callbacks=[], logger=False)
-    result = trainer.test(run.module, datamodule=datamodule, verbose=False)
+    cfg = run.config
+    if trainer:
+        data = merge(cfg.model_dump(mode="json"), {"trainer": trainer})
+        cfg = validate_config(run.task.config_cls, data, source="trainer overrides")  # type: ignore[assignment]
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
+    trainer_ = _trainer(cfg, Path(run.run_dir or "."), callbacks=[], logger=False)
+    result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}
