@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import random
 import re
-import time
 import warnings
 from importlib.util import find_spec
 from pathlib import Path
+from time import sleep
 from typing import Any
 
 import optuna
@@ -140,7 +140,7 @@ def open_storage(
             ) from None
         except Exception as err:
             if attempt < RACE_RETRIES and lost_creation_race(err):
-                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+                sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
                 continue
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ConfigError(f"cannot open storage {shown}: {msg}") from None
