@@ -98,7 +98,7 @@ def test_two_machines_share_one_postgresql_study_and_survive_a_kill(tmp_path: Pa
     url = postgres_server.create_database()  # postgresql://: attnkit picks the installed driver (psycopg 3)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE_YAML)
-    n = 6
+    n = 4
 
     def machine(name: str, seed: int) -> TuneProcess:
         return TuneProcess(
