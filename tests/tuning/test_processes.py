@@ -66,7 +66,9 @@ def check_killed_trial_was_rerun(study: optuna.Study, killed_number: int, before
     assert sorted(t.number for t in trained) == sorted([*(t.number for t in counted), killed_number])
 
 
+# Bounded waits are generous: on a loaded shared machine importing attnkit alone can take minutes.
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_killed_tune_process_resumes_without_lost_or_repeated_trials(tmp_path: Path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE_YAML)
@@ -76,8 +78,8 @@ def test_killed_tune_process_resumes_without_lost_or_repeated_trials(tmp_path: P
     ]  # fmt: skip
     db = tmp_path / "tune" / "reverse" / "study.db"
     proc = TuneProcess(*args)
-    proc.wait_for_line(r"^study reverse: ", timeout=120)  # printed once the storage and the study exist
-    killed_number = wait_until(lambda: mid_trial(load(db, "reverse")), 240, "a trial ran mid-way", alive=proc)
+    proc.wait_for_line(r"^study reverse: ", timeout=600)  # printed once the storage and the study exist
+    killed_number = wait_until(lambda: mid_trial(load(db, "reverse")), 600, "a trial ran mid-way", alive=proc)
     proc.kill()
     before = {t.number: (t.value, t.params) for t in load(db, "reverse").trials if t.state == TrialState.COMPLETE}
 
@@ -91,6 +93,7 @@ def test_killed_tune_process_resumes_without_lost_or_repeated_trials(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_two_machines_share_one_postgresql_study_and_survive_a_kill(tmp_path: Path, postgres_server):
     """Two separate `attnkit tune` commands (two "machines": own output folders and sampler seeds) start
     at the same moment on an empty PostgreSQL database; one is killed mid-trial. The other finishes the
@@ -109,14 +112,14 @@ def test_two_machines_share_one_postgresql_study_and_survive_a_kill(tmp_path: Pa
 
     a, b = machine("a", 1), machine("b", 2)  # both create the storage: one loses that race and retries
     for proc in (a, b):
-        proc.wait_for_line(r"^study shared: ", timeout=120)
-    killed_number = wait_until(lambda: mid_trial(load(url, "shared"), b.proc.pid), 240, "b ran a trial mid-way", b)
+        proc.wait_for_line(r"^study shared: ", timeout=600)
+    killed_number = wait_until(lambda: mid_trial(load(url, "shared"), b.proc.pid), 600, "b ran a trial mid-way", b)
     b.kill()
     before = {t.number: (t.value, t.params) for t in load(url, "shared").trials if t.state == TrialState.COMPLETE}
     assert any(t.user_attrs["worker"].endswith(f":{b.proc.pid}") for t in load(url, "shared").trials
                if t.number in before)  # fmt: skip
 
-    out = a.finish(timeout=400)
+    out = a.finish(timeout=900)
     study = load(url, "shared")
     check_killed_trial_was_rerun(study, killed_number, before, n)
     assert f"study shared: {n} trials" in out

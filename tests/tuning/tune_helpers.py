@@ -43,7 +43,7 @@ def env() -> dict[str, str]:
     return out
 
 
-def cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(*args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run the real `attnkit` entry point in a subprocess, one torch thread."""
     proc = subprocess.run(
         [sys.executable, "-m", "attnkit.cli", *args], capture_output=True, text=True, env=env(), timeout=timeout
