@@ -365,7 +365,13 @@ def report(run: str, examples: int, out: str | None) -> None:
 @click.option("--storage", help="SQLAlchemy URL or SQLite file (default: OUTPUT_DIR/tune/STUDY/study.db).")
 @click.option("--study", "study_name", help="Study name (default: the task); the same name resumes the study.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Worker processes (1 torch thread each).")
-@click.option("--sampler", type=click.Choice(["tpe", "random"]), default="tpe", show_default=True)
+@click.option(
+    "--sampler",
+    type=click.Choice(["tpe", "random", "gp"]),
+    default="tpe",
+    show_default=True,
+    help="TPE, random search or a Gaussian-process (Kriging) surrogate.",
+)
 @click.option("--pruner", type=click.Choice(["median", "hyperband", "none"]), default="median", show_default=True)
 @click.option("--sampler-seed", type=int, help="Seed of the sampler (default: the config's seed).")
 @click.option("--heartbeat", type=int, default=10, show_default=True, help="Seconds between liveness records.")

@@ -119,8 +119,12 @@ def test_bad_input_fails_before_any_trial(tmp_path: Path):
         attnkit.tune("reverse", {"model.d_modle": [16]}, n_trials=2, output_dir=out)
     with pytest.raises(ConfigError, match=r"cannot open storage sqlite:////nonexistent-folder/x\.db: folder"):
         attnkit.tune("reverse", space, n_trials=2, output_dir=out, storage="sqlite:////nonexistent-folder/x.db")
-    with pytest.raises(ConfigError, match=r"postgresql://user:\*\*\*@localhost/db: its database driver"):
-        attnkit.tune("reverse", space, n_trials=2, output_dir=out, storage="postgresql://user:pw@localhost/db")
+    with pytest.raises(
+        ConfigError, match=r"psycopg2://user:\*\*\*@localhost/db: its database driver .*attnkit\[postgres"
+    ):
+        attnkit.tune("reverse", space, n_trials=2, output_dir=out, storage="postgresql+psycopg2://user:pw@localhost/db")
+    with pytest.raises(ConfigError, match=r"cannot open storage postgresql(\+psycopg)?://user:\*\*\*@127.0.0.1:1/db: "):
+        attnkit.tune("reverse", space, n_trials=2, output_dir=out, storage="postgresql://user:pw@127.0.0.1:1/db")
     with pytest.raises(ConfigError, match="cannot open storage nosuchdb://"):
         attnkit.tune("reverse", space, n_trials=2, output_dir=out, storage="nosuchdb://x")
     with pytest.raises(ConfigError, match="--trials must be a positive integer"):
