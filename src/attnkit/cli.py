@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -96,14 +99,28 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
         click.echo(f"  best  {best}")
 
 
+_STANDARDIZED_HELP = "anomaly: the file's features are already standardised (default: raw; the run's mean/std apply)."
+
+
 @main.command()
 @click.argument("run", type=click.Path())
-def test(run: str) -> None:
-    """Evaluate RUN (a run folder or checkpoint file) on its task's test split."""
-    from attnkit.tasks.runner import evaluate
+@click.option("--data", "data_file", type=click.Path(), help="Score this file (in the task's format) instead.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the metrics here as JSON.")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Batch size (default: the run's).")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
+def test(run: str, data_file: str | None, out_file: str | None, batch_size: int | None, standardized: bool) -> None:
+    """Evaluate RUN (a run folder or checkpoint file) on its task's test split, or on --data FILE.
+
+    \b
+      attnkit test runs/classify/20261122-101500 --data reviews.csv --out metrics.json
+    """
+    from attnkit.api import evaluate
 
     try:
-        metrics = evaluate(run)
+        metrics = evaluate(run, data_file, standardized=standardized, batch_size=batch_size)
+        if out_file:
+            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(out_file).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     except USER_ERRORS as err:
         _fail(err)
         return
@@ -114,22 +131,63 @@ def test(run: str) -> None:
 @main.command()
 @click.argument("run", type=click.Path())
 @click.argument("inputs", nargs=-1)
-@click.option("--file", "input_file", type=click.File("r"), help="Read one input per line ('-' for stdin).")
-def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) -> None:
-    """Predict with RUN (a run folder or checkpoint file) on INPUTS (one prediction per line)."""
-    from attnkit.tasks.runner import load_run
+@click.option("--file", "input_file", type=click.Path(), help="Predict every input of this file ('-': stdin).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="With --file: write the JSON lines here.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Inputs per batch.")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
+def predict(
+    run: str, inputs: tuple[str, ...], input_file: str | None, out_file: str | None, batch_size: int, standardized: bool
+) -> None:
+    """Predict with RUN (a run folder or checkpoint file).
 
-    items = list(inputs)
-    if input_file is not None:
-        items += [line.rstrip("\n") for line in input_file if line.strip()]  # type: ignore[attr-defined]
+    INPUTS on the command line: one readable prediction per line. --file FILE: one JSON line per
+    input of FILE (the prediction with its probability or score), to stdout or --out.
+
+    \b
+      attnkit predict runs/reverse/20261122-101500 "3 1 4 1 5 9 2 6"
+      attnkit predict RUN --file texts.txt --out predictions.jsonl --batch-size 128
+    """
+    from attnkit.api import load_run, predict_file
+
     try:
-        if not items:
+        if input_file is not None:
+            if inputs:
+                raise ValueError("give inputs either as arguments or with --file, not both")
+            records = predict_file(run, input_file, batch_size=batch_size, standardized=standardized)
+            _write_json_lines(records, out_file)
+            return
+        if out_file is not None:
+            raise ValueError("--out writes the predictions of --file; add --file FILE")
+        if not inputs:
             raise ValueError("nothing to predict: pass inputs as arguments or with --file")
         loaded = load_run(run)
-        for line in loaded.task.predict(loaded.module, items):
+        options = {"standardized": True} if standardized else {}
+        if standardized and not loaded.task.feature_inputs:
+            raise ValueError(
+                f"--standardized is for runs whose inputs are feature vectors (anomaly), not {loaded.task.name!r}"
+            )
+        for line in loaded.task.predict(loaded.module, list(inputs), **options):
             click.echo(line)
     except USER_ERRORS as err:
         _fail(err)
+
+
+def _write_json_lines(records: Iterable[dict[str, Any]], out_file: str | None) -> None:
+    """One JSON object per line to ``out_file`` (written whole, then renamed into place) or stdout."""
+    if out_file is None:
+        for record in records:
+            click.echo(json.dumps(record, ensure_ascii=False))
+        return
+    path = Path(out_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @main.command()

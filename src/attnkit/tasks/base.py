@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
@@ -36,6 +38,8 @@ class Task:
     module_cls: ClassVar[type[TaskModule]]
     # The metric that picks the best checkpoint (and early stopping): (logged name, "max" or "min").
     monitor: ClassVar[tuple[str, str]] = ("val/acc", "max")
+    # Inputs are feature vectors that a run standardises with its training statistics (``--standardized``).
+    feature_inputs: ClassVar[bool] = False
 
     def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> L.LightningDataModule:
         """The task's data module; ``artifacts`` (from a checkpoint) restore e.g. its vocabulary."""
@@ -53,6 +57,22 @@ class Task:
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Turn user inputs (command-line strings) into printable predictions."""
         raise NotImplementedError
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> L.LightningDataModule:
+        """A data module whose *test* split is the user's file ``path`` in the task's format,
+        prepared as the run's training data (its vocabulary, its standardisation...): what
+        ``attnkit test RUN --data FILE`` scores. ``standardized``: the file's features already are
+        (tasks with ``feature_inputs``)."""
+        raise NotImplementedError(f"task {self.name!r} cannot be evaluated on a file yet")
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """One JSON-able record per input of the file ``path`` (the prediction and its probability or
+        score), computed ``batch_size`` inputs at a time: what ``attnkit predict RUN --file`` writes."""
+        raise NotImplementedError(f"task {self.name!r} cannot predict on a file yet")
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

@@ -276,11 +276,14 @@ def load_run(path: str | Path) -> LoadedRun:
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)  # type: ignore[arg-type]
 
 
-def evaluate(path: str | Path) -> dict[str, float]:
-    """Test a trained run on its task's test split; returns the test metrics."""
+def evaluate(run: str | Path | LoadedRun, datamodule: L.LightningDataModule | None = None) -> dict[str, float]:
+    """Test a trained run (a folder, a checkpoint file or a :class:`LoadedRun`) on its task's test
+    split, or on the test split of ``datamodule``; returns the test metrics."""
     _quiet_lightning()
-    run = load_run(path)
-    datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
+    if not isinstance(run, LoadedRun):
+        run = load_run(run)
+    if datamodule is None:
+        datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
     trainer = _trainer(run.config, Path(run.run_dir or "."), callbacks=[], logger=False)
     result = trainer.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor
 
+from attnkit.data.base import numbered_inputs, read_lines
 from attnkit.data.pairs import PairsDataConfig, PairsDataModule, tokenizers_from_artifacts
 from attnkit.data.tokenizers import EOS_ID, Tokenizer
 from attnkit.models.config import EncoderConfig, StrictModel
@@ -28,6 +29,7 @@ __all__ = [
     "corpus_scores",
     "read_lines",
     "translate_run",
+    "translate_scored",
     "translate_texts",
 ]
 
@@ -200,6 +202,23 @@ def translate_texts(
     ``data.max_len`` tokens is cut to its first ``max_len`` tokens, and ``warn`` (default
     :func:`warnings.warn`) says so. A newline inside a translation becomes a space.
     """
+    scored = translate_scored(
+        module, texts, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size, warn=warn
+    )
+    return [text for text, _ in scored]
+
+
+def translate_scored(
+    module: TaskModule,
+    texts: Sequence[str],
+    *,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    batch_size: int = 64,
+    warn: Callable[[str], None] | None = None,
+) -> list[tuple[str, float | None]]:
+    """:func:`translate_texts` with each translation's score: the summed log-probability of its
+    tokens, end of sentence included (None for an empty text, which is not decoded)."""
     if isinstance(texts, str):
         raise TypeError("translate_texts expects a list of texts, got a single str")
     if not isinstance(module, TranslateModule):
@@ -220,7 +239,7 @@ def translate_texts(
         if count > max_len:
             warn(f"input {i + 1} has {count} tokens; translating its first data.max_len={max_len} only")
         encoded.append((i, ids))
-    out = [""] * len(texts)
+    out: list[tuple[str, float | None]] = [("", None)] * len(texts)
     encoded.sort(key=lambda item: len(item[1]))  # similar lengths together: less padding
     model = module.model
     was_training = model.training
@@ -237,27 +256,11 @@ def translate_texts(
                 model, src, src != model.pad_id, beam_size=beam, length_penalty=alpha,
                 max_len=module.max_decode_len(),
             )  # fmt: skip
-            for (i, _), ids in zip(chunk, hyps.token_lists()):
-                out[i] = _one_line(tgt_tok.decode(ids))
+            for (i, _), ids, log_prob in zip(chunk, hyps.token_lists(), hyps.log_probs.tolist()):
+                out[i] = (_one_line(tgt_tok.decode(ids)), log_prob)
     finally:
         model.train(was_training)
     return out
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (``"-"``: standard input), without line ends; blank lines kept."""
-    import sys
-
-    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    lines = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        try:
-            lines.append(raw.decode("utf-8").removeprefix("\ufeff") if number == 1 else raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
-            ) from None
-    return lines
 
 
 def translate_run(
@@ -305,6 +308,22 @@ class TranslateTask(Task):
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         return translate_texts(module, inputs)
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> PairsDataModule:
+        """A tab-separated pairs file (``source<TAB>reference``, as ``data.source``)."""
+        return PairsDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per line: ``{"line", "input", "translation", "log_prob"}`` (the translation's summed token
+        log-probability), decoded as the run's ``decode`` config says."""
+        lines = numbered_inputs(path)
+        scored = translate_scored(module, [text for _, text in lines], batch_size=batch_size)
+        for (number, text), (translation, log_prob) in zip(lines, scored):
+            yield {"line": number, "input": text, "translation": translation, "log_prob": log_prob}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
