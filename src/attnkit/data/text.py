@@ -265,12 +265,7 @@ def read_table(path: str | Path, text_column: str = "text", label_column: str = 
     Errors name the file and the line: malformed JSON, a missing column/key, an empty text or
     label, a label that is neither a string nor an integer, and a file without data rows.
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_TABLE_SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
+    path, suffix = _table_file(path)
     if suffix == ".jsonl":
         texts, labels = _read_jsonl(path, text_column, label_column)
     else:
@@ -278,6 +273,17 @@ def read_table(path: str | Path, text_column: str = "text", label_column: str = 
     if not texts:
         raise ValueError(f"{path}: no data rows")
     return texts, labels
+
+
+def _table_file(path: str | Path) -> tuple[Path, str]:
+    """``(path, its lower-case suffix)`` of an existing table file; else a clear error."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_TABLE_SUFFIXES:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    return path, suffix
 
 
 def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, label_column: str) -> None:
@@ -427,12 +433,7 @@ def read_column(path: str | Path, column: str) -> list[str]:
     """The values of one column (jsonl: key) of a ``.csv``/``.tsv``/``.jsonl`` file as strings, one
     per data row, in the rows :func:`read_table` reads (blank lines skipped). A missing column or
     an empty value is an error naming the file and line."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_TABLE_SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
+    path, suffix = _table_file(path)
     values: list[str] = []
     with path.open(newline="", encoding="utf-8-sig") as f:
         if suffix == ".jsonl":

@@ -186,27 +186,9 @@ def _source_ids(module: TranslateModule, text: str) -> tuple[list[int], int]:
     return [*ids[: module.data_config.max_len], EOS_ID], len(ids)
 
 
-def translate_texts(
-    module: TaskModule,
-    texts: Sequence[str],
-    *,
-    beam_size: int | None = None,
-    length_penalty: float | None = None,
-    batch_size: int = 64,
-    warn: Callable[[str], None] | None = None,
-) -> list[str]:
-    """One translation per text, decoded as the run's ``decode`` config says (``beam_size``,
-    ``length_penalty`` override it; ``beam_size=1`` is greedy).
-
-    Text is prepared as the training data (``data.lowercase``). Characters or words the vocabulary
-    lacks become ``<unk>``. An empty (or blank) text translates to ``""``. A text longer than
-    ``data.max_len`` tokens is cut to its first ``max_len`` tokens, and ``warn`` (default
-    :func:`warnings.warn`) says so. A newline inside a translation becomes a space.
-    """
-    scored = translate_scored(
-        module, texts, beam_size=beam_size, length_penalty=length_penalty, batch_size=batch_size, warn=warn
-    )
-    return [text for text, _ in scored]
+def translate_texts(module: TaskModule, texts: Sequence[str], **options: Any) -> list[str]:
+    """One translation per text (:func:`translate_scored` without the scores; same options)."""
+    return [text for text, _ in translate_scored(module, texts, **options)]
 
 
 def translate_scored(
@@ -218,8 +200,15 @@ def translate_scored(
     batch_size: int = 64,
     warn: Callable[[str], None] | None = None,
 ) -> list[tuple[str, float | None]]:
-    """:func:`translate_texts` with each translation's score: the summed log-probability of its
-    tokens, end of sentence included (None for an empty text, which is not decoded)."""
+    """One ``(translation, score)`` per text, decoded as the run's ``decode`` config says
+    (``beam_size``, ``length_penalty`` override it; ``beam_size=1`` is greedy). The score is the
+    summed log-probability of the translation's tokens, end of sentence included.
+
+    Text is prepared as the training data (``data.lowercase``). Characters or words the vocabulary
+    lacks become ``<unk>``. An empty (or blank) text translates to ``""`` with score None. A text
+    longer than ``data.max_len`` tokens is cut to its first ``max_len`` tokens, and ``warn``
+    (default :func:`warnings.warn`) says so. A newline inside a translation becomes a space.
+    """
     if isinstance(texts, str):
         raise TypeError("translate_texts expects a list of texts, got a single str")
     if not isinstance(module, TranslateModule):
