@@ -21,7 +21,7 @@ from attnkit.data.sets import AnomalyDataConfig, load_item_features
 from attnkit.data.text import load_table
 from attnkit.data.tokenizers import BOS_ID, EOS_ID
 from attnkit.tasks.lm import generate_text
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import load_run
 from attnkit.tasks.translate import translate_texts
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False, "trainer.max_epochs": 1}
