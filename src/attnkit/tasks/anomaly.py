@@ -139,8 +139,8 @@ class AnomalyTask(Task[AnomalyConfig]):
         """Self-attention between the items of a set, with the predicted probability of each item.
 
         ``texts`` as for :meth:`predict`: a test-set index, or a .npz/.pt file holding
-        ``sets [S, N, D]`` (one example per set); ``indices``: validation sets. The true odd item
-        is marked ``*``.
+        ``sets [S, N, D]`` of raw features (one example per set; standardised as the run's training
+        features were); ``indices``: validation sets. The true odd item is marked ``*``.
         """
         sets: list[tuple[str, Tensor, int | None]] = []
         dm = None
@@ -149,7 +149,7 @@ class AnomalyTask(Task[AnomalyConfig]):
                 dm = dm or self._setup_datamodule(module)
                 sets.append(self._known_set(dm.test_dataset, "test", int(item)))
             else:
-                for i, x in enumerate(read_sets(item)[0]):
+                for i, x in enumerate(self._input_sets(module, item, standardized=False)[0]):
                     sets.append((f"{item}[{i}]", x, None))
         for index in indices or []:
             dm = dm or self._setup_datamodule(module)
