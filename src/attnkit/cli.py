@@ -13,6 +13,7 @@ import yaml
 
 from attnkit.config import parse_overrides
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.io import write_atomic, write_json_atomic
 
 USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
 
@@ -117,8 +118,7 @@ def test(run: str, data_file: str | None, out_file: str | None, batch_size: int 
     try:
         metrics = evaluate(run, data_file, standardized=standardized, batch_size=batch_size)
         if out_file:
-            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-            Path(out_file).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            write_json_atomic(out_file, metrics)
     except USER_ERRORS as err:
         _fail(err)
         return
@@ -176,16 +176,13 @@ def _write_json_lines(records: Iterable[dict[str, Any]], out_file: str | None) -
         for record in records:
             click.echo(json.dumps(record, ensure_ascii=False))
         return
-    path = Path(out_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    write_atomic(out_file, write)
 
 
 @main.command()
