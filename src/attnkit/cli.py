@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
 
 from attnkit.config import parse_overrides
 from attnkit.errors import CheckpointError, ConfigError, Preempted
+from attnkit.io import write_atomic, write_json_atomic
 
 USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
 
@@ -99,16 +102,35 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
         click.echo(f"  best  {best}")
 
 
+_STANDARDIZED_HELP = "anomaly: the file's features are already standardised (default: raw; the run's mean/std apply)."
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("run", type=click.Path())
+@click.option("--data", "data_file", type=click.Path(), help="Score this file (in the task's format) instead.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the metrics here as JSON.")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Batch size (default: the run's).")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object, at full precision.")
 @click.pass_context
-def test(ctx: click.Context, run: str, as_json: bool) -> None:
-    """Evaluate RUN (a run folder or checkpoint file) on its task's test split.
+def test(
+    ctx: click.Context,
+    run: str,
+    data_file: str | None,
+    out_file: str | None,
+    batch_size: int | None,
+    standardized: bool,
+    as_json: bool,
+) -> None:
+    """Evaluate RUN (a run folder or checkpoint file) on its task's test split, or on --data FILE.
 
     Extra arguments override the run's trainer section, e.g. `trainer.devices=1 trainer.strategy=auto`
-    tests a multi-process run in one process."""
-    from attnkit.tasks import evaluate
+    tests a multi-process run in one process.
+
+    \b
+      attnkit test runs/classify/20261122-101500 --data reviews.csv --out metrics.json
+    """
+    from attnkit.api import evaluate
 
     try:
         overrides = parse_overrides(ctx.args)
@@ -117,7 +139,11 @@ def test(ctx: click.Context, run: str, as_json: bool) -> None:
                 f"attnkit test takes trainer.* overrides only (got {', '.join(sorted(set(overrides) - {'trainer'}))}): "
                 "the model, data and decoding are the run's"
             )
-        metrics = evaluate(run, trainer=overrides.get("trainer"))
+        metrics = evaluate(
+            run, data_file, standardized=standardized, batch_size=batch_size, trainer=overrides.get("trainer")
+        )
+        if out_file:
+            write_json_atomic(out_file, metrics)
     except USER_ERRORS as err:
         _fail(err)
         return
@@ -131,22 +157,60 @@ def test(ctx: click.Context, run: str, as_json: bool) -> None:
 @main.command()
 @click.argument("run", type=click.Path())
 @click.argument("inputs", nargs=-1)
-@click.option("--file", "input_file", type=click.File("r"), help="Read one input per line ('-' for stdin).")
-def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) -> None:
-    """Predict with RUN (a run folder or checkpoint file) on INPUTS (one prediction per line)."""
-    from attnkit.tasks import load_run
+@click.option("--file", "input_file", type=click.Path(), help="Predict every input of this file ('-': stdin).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="With --file: write the JSON lines here.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Inputs per batch.")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
+def predict(
+    run: str, inputs: tuple[str, ...], input_file: str | None, out_file: str | None, batch_size: int, standardized: bool
+) -> None:
+    """Predict with RUN (a run folder or checkpoint file).
 
-    items = list(inputs)
-    if input_file is not None:
-        items += [line.rstrip("\n") for line in input_file if line.strip()]  # type: ignore[attr-defined]
+    INPUTS on the command line: one readable prediction per line. --file FILE: one JSON line per
+    input of FILE (the prediction with its probability or score), to stdout or --out.
+
+    \b
+      attnkit predict runs/reverse/20261122-101500 "3 1 4 1 5 9 2 6"
+      attnkit predict RUN --file texts.txt --out predictions.jsonl --batch-size 128
+    """
+    from attnkit.api import load_run, predict_file
+
     try:
-        if not items:
+        if input_file is not None:
+            if inputs:
+                raise ValueError("give inputs either as arguments or with --file, not both")
+            records = predict_file(run, input_file, batch_size=batch_size, standardized=standardized)
+            _write_json_lines(records, out_file)
+            return
+        if out_file is not None:
+            raise ValueError("--out writes the predictions of --file; add --file FILE")
+        if not inputs:
             raise ValueError("nothing to predict: pass inputs as arguments or with --file")
         loaded = load_run(run)
-        for line in loaded.task.predict(loaded.module, items):
+        options = {"standardized": True} if standardized else {}
+        if standardized and not loaded.task.feature_inputs:
+            raise ValueError(
+                f"--standardized is for runs whose inputs are feature vectors (anomaly), not {loaded.task.name!r}"
+            )
+        for line in loaded.task.predict(loaded.module, list(inputs), **options):
             click.echo(line)
     except USER_ERRORS as err:
         _fail(err)
+
+
+def _write_json_lines(records: Iterable[dict[str, Any]], out_file: str | None) -> None:
+    """One JSON object per line to ``out_file`` (written whole, then renamed into place) or stdout."""
+    if out_file is None:
+        for record in records:
+            click.echo(json.dumps(record, ensure_ascii=False))
+        return
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    write_atomic(out_file, write)
 
 
 @main.command()

@@ -10,7 +10,9 @@ split is dealt out as :class:`EvalBatches`, every example exactly once.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -22,7 +24,16 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from attnkit.config import StrictModel
 
-__all__ = ["DataConfig", "EvalBatches", "SplitDataModule", "process_shard"]
+__all__ = [
+    "DataConfig",
+    "EvalBatches",
+    "SplitDataModule",
+    "TestDataModule",
+    "chunks",
+    "numbered_inputs",
+    "process_shard",
+    "read_lines",
+]
 
 
 class DataConfig(StrictModel):
@@ -140,3 +151,46 @@ class SplitDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+
+class TestDataModule(L.LightningDataModule):
+    """Only a test split: ``dataset`` in batches of ``batch_size``, in order (``attnkit test --data``)."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, collate_fn: Callable[..., Any] | None = None) -> None:
+        super().__init__()
+        self.dataset, self.batch_size, self.collate_fn = dataset, batch_size, collate_fn
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=False, collate_fn=self.collate_fn)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (``"-"``: standard input), without line ends; blank lines kept."""
+    if str(path) != "-" and not Path(path).is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    lines = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8").removeprefix("\ufeff") if number == 1 else raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
+            ) from None
+    return lines
+
+
+def numbered_inputs(path: str | Path) -> list[tuple[int, str]]:
+    """``(line number, line)`` of every non-blank line of a UTF-8 text file (``"-"``: standard input)."""
+    inputs = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
+    if not inputs:
+        raise ValueError(f"{path}: no inputs (every line is blank)")
+    return inputs
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"batch size must be an int >= 1, got {size!r}")
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

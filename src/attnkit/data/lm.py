@@ -310,6 +310,24 @@ class LanguageModelDataModule(SplitDataModule):
         """A module that reuses the tokenizer saved by :meth:`artifacts`."""
         return cls(cfg, block=block, batch_size=batch_size, num_workers=num_workers, tokenizer=tokenizer_of(artifacts))
 
+    @classmethod
+    def for_test_file(
+        cls, cfg: LMDataConfig, artifacts: dict[str, Any], path: str | Path, *, block: int, batch_size: int = 32
+    ) -> LanguageModelDataModule:
+        """A module whose test split is every document of the UTF-8 text file ``path`` (or of every
+        ``*.txt`` file of the folder ``path``), cut into documents as ``cfg.split_on`` says and
+        encoded with the run's tokenizer."""
+        dm = cls.from_artifacts(cfg, artifacts, block=block, batch_size=batch_size)
+        path = Path(path)
+        files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+        if not files:
+            raise FileNotFoundError(f"{path} is a folder without .txt files; give a text file or a folder of them")
+        docs = [doc for file in files for doc in read_corpus(file, cfg.split_on)]
+        dm.documents = {"train": [], "val": [], "test": docs}
+        inputs, targets = pack_documents([dm.tokenizer.encode(d) for d in docs], block)
+        dm.datasets = {"test": BatchedTensorDataset(inputs, targets)}
+        return dm
+
     def prepare_data(self) -> None:
         """Nothing to download."""
 

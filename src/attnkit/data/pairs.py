@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule, process_shard
+from attnkit.data.splits import group_split
 from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -37,6 +38,7 @@ __all__ = [
     "collate_pairs",
     "english_number",
     "number_pairs",
+    "read_pair_rows",
     "read_pairs",
     "spanish_number",
     "split_pairs",
@@ -56,6 +58,18 @@ class PairsDataConfig(DataConfig):
     )
     reverse: bool = Field(False, description="swap the columns: translate the second column into the first")
     lowercase: bool = Field(False, description="lower-case both sides before anything else")
+    val_source: str | None = Field(
+        None, description="a pairs file for validation (picks the best checkpoint); default: val_fraction of source"
+    )
+    test_source: str | None = Field(
+        None, description="a pairs file for the test split; default: test_fraction of source"
+    )
+    group_column: int | None = Field(
+        None,
+        ge=2,
+        description="0-based column of the pairs files naming each pair's group (2: the third column); splits cut "
+        "from source then hold whole groups, instead of whole source sentences",
+    )
     skip_bad_lines: bool = Field(
         False, description="skip lines without a tab or with an empty side (one warning counts them); else an error"
     )
@@ -75,6 +89,8 @@ class PairsDataConfig(DataConfig):
     def _check(self) -> PairsDataConfig:
         if not self.source.strip():
             raise ValueError(f"data.source must be {BUILTIN_SOURCE!r} or the path of a tab-separated pairs file")
+        if self.source == BUILTIN_SOURCE and self.group_column is not None:
+            raise ValueError("data.group_column names a column of a pairs file; the built-in 'numbers' data has none")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError(
                 f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
@@ -88,7 +104,17 @@ class PairsDataConfig(DataConfig):
 
 # ====================================================================== files
 def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
-    """``(source, target)`` of every line of a tab-separated pairs file, in file order.
+    """``(source, target)`` of every line of a tab-separated pairs file, in file order (see :func:`read_pair_rows`)."""
+    return [(s, t) for s, t, _ in read_pair_rows(path, skip_bad_lines=skip_bad_lines)]
+
+
+def read_pair_rows(
+    path: str | Path, *, skip_bad_lines: bool = False, group_column: int | None = None
+) -> list[tuple[str, str, str | None]]:
+    """``(source, target, group)`` of every line of a tab-separated pairs file, in file order.
+
+    ``group`` is column ``group_column`` (0-based) of the line, None without ``group_column``; a
+    line without that column is a bad line.
 
     Columns after the second (Tatoeba's attribution) are ignored; both sides are stripped of
     surrounding whitespace. Blank lines are skipped. A line without a tab or with an empty side is
@@ -101,7 +127,7 @@ def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
         raise FileNotFoundError(
             f"pairs file {path} does not exist (data.source: a tab-separated file, or {BUILTIN_SOURCE!r})"
         )
-    pairs: list[Pair] = []
+    pairs: list[tuple[str, str, str | None]] = []
     bad: list[int] = []
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -123,6 +149,8 @@ def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
                 problem = "no tab: expected source<TAB>target"
             elif not parts[0].strip() or not parts[1].strip():
                 problem = f"empty {'source' if not parts[0].strip() else 'target'}"
+            elif group_column is not None and (len(parts) <= group_column or not parts[group_column].strip()):
+                problem = f"no group in column {group_column} (data.group_column, 0-based)"
             if problem is not None:
                 if not skip_bad_lines:
                     raise ValueError(
@@ -130,7 +158,8 @@ def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
                     )
                 bad.append(number)
                 continue
-            pairs.append((parts[0].strip(), parts[1].strip()))
+            group = parts[group_column].strip() if group_column is not None else None
+            pairs.append((parts[0].strip(), parts[1].strip(), group))
     if bad:
         warnings.warn(
             f"{path}: skipped {len(bad)} line(s) without a tab or with an empty side (first: line {bad[0]})",
@@ -153,24 +182,38 @@ class PairSplits:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
 
 
-def split_pairs(pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int) -> PairSplits:
+def split_pairs(
+    pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int, *, groups: Sequence[str] | None = None
+) -> PairSplits:
     """Remove duplicate pairs (first kept), then split by *source sentence* with ``seed``.
 
     All translations of one source sentence (Tatoeba often has several) go to the same split, so
     no test source is seen in training. ``round(n * fraction)`` distinct sources go to validation
-    and to test (n = distinct sources); pairs keep their file order within a split.
+    and to test (n = distinct sources); pairs keep their file order within a split. With
+    ``groups`` (one per pair; a duplicate keeps its first pair's) whole groups go to one split
+    instead (:func:`attnkit.data.splits.group_split`, sizes counted in pairs).
     """
     unique = list(dict.fromkeys(pairs))
+    if groups is not None:
+        group_of: dict[Pair, str] = {}
+        for pair, group in zip(pairs, groups):
+            group_of.setdefault(pair, group)
+        _, val_idx, test_idx = group_split([group_of[p] for p in unique], [val_fraction, test_fraction], seed)
+        split_of = {i: "val" for i in val_idx} | {i: "test" for i in test_idx}
+        out: dict[str, list[Pair]] = {"train": [], "val": [], "test": []}
+        for i, pair in enumerate(unique):
+            out[split_of.get(i, "train")].append(pair)
+        return PairSplits(**out)
     sources = list(dict.fromkeys(s for s, _ in unique))
     order = list(range(len(sources)))
     random.Random(seed).shuffle(order)
     n_val, n_test = round(len(sources) * val_fraction), round(len(sources) * test_fraction)
-    split_of: dict[str, str] = {}
+    source_split: dict[str, str] = {}
     for rank, i in enumerate(order):
-        split_of[sources[i]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
-    out: dict[str, list[Pair]] = {"train": [], "val": [], "test": []}
+        source_split[sources[i]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
+    out = {"train": [], "val": [], "test": []}
     for pair in unique:
-        out[split_of[pair[0]]].append(pair)
+        out[source_split[pair[0]]].append(pair)
     return PairSplits(**out)
 
 
@@ -443,43 +486,58 @@ class PairsDataModule(SplitDataModule):
         """A module that reuses the tokenizers saved by :meth:`artifacts`."""
         return cls(cfg, batch_size, num_workers, tokenizers=tokenizers_from_artifacts(artifacts))
 
+    @classmethod
+    def for_test_file(
+        cls, cfg: PairsDataConfig, artifacts: dict[str, Any], path: str | Path, batch_size: int = 64
+    ) -> PairsDataModule:
+        """A module whose test split is every pair of the file ``path`` (prepared as ``cfg`` says:
+        ``lowercase``, ``reverse``), encoded with the run's tokenizers."""
+        dm = cls.from_artifacts(cfg, artifacts, batch_size)
+        dm.splits = PairSplits([], [], dm.load_pairs(path)[0])
+        dm._encode("test", dm.splits.test)
+        return dm
+
     # -------------------------------------------------------------- loading
-    def load_pairs(self) -> list[Pair]:
-        """The raw pairs of ``data.source`` after ``lowercase`` and ``reverse``, before dedup/split."""
+    def load_pairs(self, path: str | Path | None = None) -> tuple[list[Pair], list[str] | None]:
+        """The raw pairs of ``path`` (default ``data.source``) after ``lowercase`` and ``reverse``,
+        before dedup/split, and their groups (``data.source`` with ``data.group_column`` only; else None)."""
         cfg = self.cfg
-        if cfg.source == BUILTIN_SOURCE:
+        groups: list[str] | None = None
+        if path is None and cfg.source == BUILTIN_SOURCE:
             pairs = number_pairs(cfg.num_pairs, cfg.seed, sentence_fraction=cfg.sentence_fraction)
         else:
-            pairs = read_pairs(cfg.source, skip_bad_lines=cfg.skip_bad_lines)
+            group_column = cfg.group_column if path is None else None
+            rows = read_pair_rows(path or cfg.source, skip_bad_lines=cfg.skip_bad_lines, group_column=group_column)
+            pairs = [(s, t) for s, t, _ in rows]
+            groups = [g for _, _, g in rows] if group_column is not None else None  # type: ignore[misc]
         if cfg.lowercase:
             pairs = [(s.lower(), t.lower()) for s, t in pairs]
         if cfg.reverse:
             pairs = [(t, s) for s, t in pairs]
-        return pairs
+        return pairs, groups
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
         cfg = self.cfg
-        splits = split_pairs(self.load_pairs(), cfg.val_fraction, cfg.test_fraction, cfg.seed)
+        pairs, groups = self.load_pairs()
+        given = {
+            split: self.load_pairs(path)[0]
+            for split, path in (("val", cfg.val_source), ("test", cfg.test_source))
+            if path
+        }
+        val_fraction = 0.0 if "val" in given else cfg.val_fraction
+        test_fraction = 0.0 if "test" in given else cfg.test_fraction
+        splits = split_pairs(pairs, val_fraction, test_fraction, cfg.seed, groups=groups)
+        for split, split_pairs_ in given.items():
+            setattr(splits, split, list(dict.fromkeys(split_pairs_)))
         if not splits.train:
             raise ValueError(f"data.source={cfg.source!r}: the training split is empty")
         if self._tokenizers is None:
             self._tokenizers = self._build_tokenizers(splits.train)
         self.splits = splits
-        src_tok, tgt_tok = self._tokenizers
         for split in ("train", "val", "test"):
-            pairs = getattr(splits, split)
-            src = [src_tok.encode(s) for s, _ in pairs]
-            tgt = [tgt_tok.encode(t) for _, t in pairs]
-            too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
-            self.dropped[split] = sum(too_long)
-            if split == "train":
-                keep = [i for i, long in enumerate(too_long) if not long]
-                src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
-            src = [[*s[: cfg.max_len], EOS_ID] for s in src]
-            tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
-            self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
+            self._encode(split, getattr(splits, split))
         if not self.datasets["train"].src:
             raise ValueError(f"data: every training pair is longer than data.max_len={cfg.max_len}; raise it")
         if self.dropped["train"]:
@@ -495,6 +553,21 @@ class PairsDataModule(SplitDataModule):
                 "uses the first max_len tokens, BLEU the whole reference",
                 stacklevel=2,
             )
+
+    def _encode(self, split: str, pairs: list[Pair]) -> None:
+        """Encode ``pairs`` as ``datasets[split]``; training pairs over ``max_len`` are left out, others cut."""
+        cfg = self.cfg
+        src_tok, tgt_tok = self.tokenizers
+        src = [src_tok.encode(s) for s, _ in pairs]
+        tgt = [tgt_tok.encode(t) for _, t in pairs]
+        too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
+        self.dropped[split] = sum(too_long)
+        if split == "train":
+            keep = [i for i, long in enumerate(too_long) if not long]
+            src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
+        src = [[*s[: cfg.max_len], EOS_ID] for s in src]
+        tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
+        self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
 
     def _build_tokenizers(self, train: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
         cfg = self.cfg

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -9,7 +11,13 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule
+from attnkit.data.base import chunks, numbered_inputs
+from attnkit.data.text import (
+    SUPPORTED_TABLE_SUFFIXES,
+    ClassifyDataConfig,
+    TextClassificationDataModule,
+    read_column,
+)
 from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
@@ -113,6 +121,32 @@ class ClassifyTask(Task[ClassifyConfig]):
         names = module.hparams["artifacts"]["label_names"]
         best = probs.argmax(-1)
         return [f"{names[int(i)]}\t{float(p[i]):.3f}" for i, p in zip(best, probs)]
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> TextClassificationDataModule:
+        """A .csv/.tsv/.jsonl file with the run's ``data.text_column`` and ``data.label_column``."""
+        return TextClassificationDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per text: ``{"line" or "row", "label", "probability"}``. A .csv/.tsv/.jsonl file gives its
+        ``data.text_column`` (``"row"``: the data row, from 1); any other file one text per line."""
+        cfg = ClassifyConfig.model_validate(module.hparams["config"])
+        dm = self.build_datamodule(cfg, module.hparams["artifacts"])
+        if Path(str(path)).suffix.lower() in SUPPORTED_TABLE_SUFFIXES:
+            key, inputs = "row", list(enumerate(read_column(path, cfg.data.text_column), start=1))
+        else:
+            key, inputs = "line", numbered_inputs(path)
+        names = dm.label_names
+        for chunk in chunks(inputs, batch_size):
+            ids, mask = dm.encode_texts([text for _, text in chunk])
+            with torch.no_grad():
+                probs = module.model(ids.to(module.device), mask.to(module.device)).softmax(-1)
+            best, label = probs.max(-1)
+            for (number, _), p, k in zip(chunk, best.tolist(), label.tolist()):
+                yield {key: number, "label": names[k], "probability": p}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import SumMetric
 
-from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, tokenizer_of
+from attnkit.data.base import numbered_inputs
+from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, pack_documents, tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
@@ -136,6 +137,41 @@ class LanguageModelTask(Task[LMConfig]):
             (text,) = generate_text(module.model, tokenizer, prompt, max_new_tokens=200, temperature=0.0)
             out.append(text.replace("\\", "\\\\").replace("\n", "\\n"))
         return out
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> LanguageModelDataModule:
+        """A UTF-8 text file (or a folder of ``*.txt`` files), cut into documents as ``data.split_on`` says."""
+        return LanguageModelDataModule.for_test_file(
+            cfg.data, artifacts, path, block=cfg.model.max_len, batch_size=batch_size
+        )
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Scores every non-blank line as a text: ``{"line", "perplexity", "nll", "tokens"}``.
+
+        Each text is read as a document (``<bos>`` text ``<eos>``); ``tokens`` are the predicted
+        ones (the text's and ``<eos>``), ``nll`` their summed negative log-likelihood in nats and
+        ``perplexity = exp(nll / tokens)``. A text longer than the context is cut into consecutive
+        blocks of it (as in training). ``batch_size`` blocks run at a time."""
+        tokenizer = tokenizer_of(module.hparams["artifacts"])
+        block = module.model.config.max_len
+        lines = numbered_inputs(path)
+        packed = [pack_documents([tokenizer.encode(text)], block) for _, text in lines]
+        owner = torch.cat([torch.full((len(x),), i) for i, (x, _) in enumerate(packed)])
+        inputs = torch.cat([x for x, _ in packed])
+        targets = torch.cat([y for _, y in packed])
+        nll = torch.zeros(len(lines), dtype=torch.float64)
+        for rows in torch.arange(len(inputs)).split(batch_size):
+            with torch.no_grad():
+                logits = module.model(inputs[rows].to(module.device)).float()
+            y = targets[rows].to(module.device)
+            loss = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none").sum(-1)
+            nll.index_add_(0, owner[rows], loss.double().cpu())
+        counts = torch.zeros(len(lines), dtype=torch.long).index_add_(0, owner, (targets != IGNORE_INDEX).sum(-1))
+        for (number, _), total, n in zip(lines, nll.tolist(), counts.tolist()):
+            yield {"line": number, "perplexity": math.exp(total / n), "nll": total, "tokens": n}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

@@ -342,8 +342,11 @@ def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> Lo
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)
 
 
-def evaluate(run: LoadedRun, trainer: dict[str, Any] | None = None) -> dict[str, float]:
-    """Test a trained run (:func:`load_run`) on its task's test split; returns the test metrics.
+def evaluate(
+    run: LoadedRun, datamodule: L.LightningDataModule | None = None, trainer: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """Test a trained run (:func:`load_run`) on its task's test split, or on the test split of
+    ``datamodule``; returns the test metrics.
 
     ``trainer``: overrides of the run's ``trainer`` section (e.g. ``{"devices": 1, "strategy":
     "auto"}`` to test a multi-process run in one process).
@@ -355,7 +358,8 @@ def evaluate(run: LoadedRun, trainer: dict[str, Any] | None = None) -> dict[str,
         cfg = validate_config(run.task.config_cls, data, source="trainer overrides")  # type: ignore[assignment]
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
-    datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
+    if datamodule is None:
+        datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
     trainer_ = _trainer(cfg, Path(run.run_dir or "."), callbacks=[], logger=False)
     result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}
