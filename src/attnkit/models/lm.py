@@ -9,43 +9,185 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.models.config import EncoderConfig
+from attnkit.models.config import EncoderConfig, StrictModel
 from attnkit.models.encoders import _check_ids
 from attnkit.models.generation import check_sampling, sample_next_token
-from attnkit.nn import DecoderCache, LearnedPositionalEncoding, SinusoidalPositionalEncoding, TransformerDecoder
+from attnkit.nn import (
+    DecoderCache,
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    TransformerDecoder,
+    positions_from_padding_mask,
+)
 
-__all__ = ["LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig"]
+__all__ = ["PRESETS", "LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
+
+
+class RopeScaling(StrictModel):
+    """Rotary context extension, as Hugging Face transformers' ``rope_scaling`` / ``rope_type``.
+
+    ``type``: ``"linear"`` (inverse frequencies divided by ``factor``), ``"dynamic"`` (NTK-aware: the
+    base grows with the sequence once it exceeds ``original_max_position_embeddings``) or ``"llama3"``
+    (Llama 3.1's per-wavelength blend of the two, with ``low_freq_factor`` / ``high_freq_factor``).
+    ``original_max_position_embeddings``: the pre-training context; ``None`` = 8192 for ``llama3``
+    (Llama 3.1's) and the model's ``max_len`` otherwise (transformers' ``max_position_embeddings``).
+    """
+
+    type: Literal["linear", "dynamic", "llama3"]
+    factor: float = Field(..., gt=0.0)
+    low_freq_factor: float = Field(1.0, gt=0.0)
+    high_freq_factor: float = Field(4.0, gt=0.0)
+    original_max_position_embeddings: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_factors(self) -> RopeScaling:
+        if self.type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ValueError(
+                f"llama3 rope_scaling needs high_freq_factor > low_freq_factor, "
+                f"got {self.high_freq_factor} and {self.low_freq_factor}"
+            )
+        return self
+
+    def rotary_kwargs(self, max_len: int) -> dict[str, object]:
+        """The ``rope_scaling`` mapping of :class:`attnkit.nn.TransformerDecoder`."""
+        original = self.original_max_position_embeddings
+        if original is None:
+            original = 8192 if self.type == "llama3" else max_len
+        return dict(
+            type=self.type,
+            factor=self.factor,
+            low_freq_factor=self.low_freq_factor,
+            high_freq_factor=self.high_freq_factor,
+            original_max_position_embeddings=original,
+        )
+
+
+_LLAMA: dict[str, Any] = dict(
+    norm="rmsnorm",
+    activation="swiglu",
+    positional="rotary",
+    bias=False,
+    qkv_bias=None,
+    tie_weights=False,
+    norm_first=True,
+    layer_norm_eps=1e-6,
+    sliding_window=None,
+)
+PRESETS: dict[str, dict[str, Any]] = {
+    "gpt2": dict(
+        norm="layernorm",
+        activation="gelu_tanh",
+        positional="learned",
+        bias=True,
+        qkv_bias=None,
+        tie_weights=True,
+        norm_first=True,
+        layer_norm_eps=1e-5,
+        sliding_window=None,
+    ),
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "sliding_window": 4096},
+    "qwen2": {**_LLAMA, "qkv_bias": True},
+}
+"""The family of each preset: the fields it sets (sizes are left to the config)."""
 
 
 class LanguageModelArchitecture(EncoderConfig):
     """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`);
-    tasks build their ``model`` config section on it and add the vocabulary from their data."""
+    tasks build their ``model`` config section on it and add the vocabulary from their data.
 
+    ``preset`` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``) sets the family's fields
+    (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) wherever they are
+    left at their defaults; fields given other values keep them. :meth:`from_preset` does the same
+    from Python.
+    """
+
+    preset: Literal["gpt2", "llama", "mistral", "qwen2"] | None = Field(
+        None, description="a model family's architecture: gpt2, llama, mistral or qwen2"
+    )
     d_model: int = 128
     num_heads: int = 4
     num_layers: int = 4
     dim_feedforward: int = 512
     dropout: float = 0.1
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "gelu"
+    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = Field(
+        "gelu", description="feed-forward: swiglu is LLaMA's gated MLP down(silu(gate(x)) * up(x))"
+    )
     norm_first: bool = Field(True, description="pre-norm (GPT-2) instead of the paper's post-norm")
-    positional: Literal["learned", "sinusoidal", "rotary"] = "learned"
+    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="LayerNorm or RMSNorm (eps: layer_norm_eps)")
+    positional: Literal["learned", "sinusoidal", "rotary", "alibi"] = "learned"
     max_len: int = Field(256, gt=0, description="the context: most positions the model attends over")
     tie_weights: bool = Field(True, description="lm_head shares its weight with token_embedding")
     bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
+    qkv_bias: bool | None = Field(None, description="biases in the q/k/v projections (None = follow bias)")
     layer_norm_eps: float = Field(1e-5, gt=0.0)
+    num_kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention): None = num_heads, 1 = multi-query"
+    )
+    rope_theta: float = Field(10000.0, gt=0.0, description="rotary base")
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = Field(
+        None, gt=0, description="each token attends to at most the last sliding_window tokens (itself included)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = data["preset"]
+        if name not in PRESETS:
+            return data  # the field's own validation names the choices
+        out = dict(data)
+        for key, value in PRESETS[name].items():
+            field = cls.model_fields[key]
+            if key not in out or out[key] == field.default:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Self:
+        """The ``name`` family's architecture (:data:`PRESETS`) with ``overrides`` (e.g. sizes) on top."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls.model_validate({**PRESETS[name], **overrides, "preset": name})
 
     @model_validator(mode="after")
-    def _check_rotary(self) -> LanguageModelArchitecture:
+    def _check_positions(self) -> LanguageModelArchitecture:
         head_dim = self.head_dim or self.d_model // self.num_heads
         if self.positional == "rotary" and head_dim % 2:
             raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+        if self.rope_scaling is not None and self.positional != "rotary":
+            raise ValueError(f"rope_scaling needs positional='rotary', got positional={self.positional!r}")
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            options = [h for h in range(1, self.num_heads + 1) if self.num_heads % h == 0]
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
+            )
         return self
+
+    def decoder_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`attnkit.nn.TransformerDecoder` (without cross-attention)."""
+        return dict(
+            **self.stack_kwargs(),
+            bias=self.bias,
+            layer_norm_eps=self.layer_norm_eps,
+            cross_attention=False,
+            norm=self.norm,
+            num_kv_heads=self.num_kv_heads,
+            qkv_bias=self.qkv_bias,
+            rotary=self.positional == "rotary",
+            rope_theta=self.rope_theta,
+            rope_scaling=None if self.rope_scaling is None else self.rope_scaling.rotary_kwargs(self.max_len),
+            alibi=self.positional == "alibi",
+            sliding_window=self.sliding_window,
+        )
 
 
 class LanguageModelConfig(LanguageModelArchitecture):
@@ -68,10 +210,17 @@ class LanguageModel(nn.Module):
     """GPT-style language model; attribute names follow nanoGPT/GPT-2 roles:
 
     ``token_embedding`` (``nn.Embedding``), ``positional`` (learned or sinusoidal positions added
-    to the embeddings; ``None`` for rotary, which acts inside attention), ``dropout`` (on the
+    to the embeddings; ``None`` for rotary and ALiBi, which act inside attention), ``dropout`` (on the
     embedding sum), ``decoder`` (:class:`TransformerDecoder`, ``cross_attention=False``; pre-norm
-    stacks end with a final LayerNorm), ``lm_head`` (``nn.Linear(d_model, vocab_size, bias=False)``,
-    its weight *is* ``token_embedding.weight`` when ``tie_weights``).
+    stacks end with a final norm, LayerNorm or RMSNorm as ``config.norm``), ``lm_head``
+    (``nn.Linear(d_model, vocab_size, bias=False)``, its weight *is* ``token_embedding.weight`` when
+    ``tie_weights``).
+
+    Checkpoint layout for importers (``decoder.layers.{i}.``): ``self_attn.in_proj`` (``q``, ``k``, ``v``
+    projection rows concatenated: ``[(H + 2 Hkv) * head_dim, d_model]``), ``self_attn.out_proj``,
+    ``norm1`` (before attention), ``norm3`` (before the feed-forward), ``ff.linear1`` (with
+    ``activation="swiglu"`` the rows of ``gate_proj`` then ``up_proj``), ``ff.linear2`` (``down_proj``);
+    ``decoder.norm`` is the final norm.
 
     Initialisation: token (and learned position) embeddings ``N(0, 0.02)`` as GPT-2, so that with
     tied weights the initial logits are small and the first predictions near uniform (loss about
@@ -79,7 +228,8 @@ class LanguageModel(nn.Module):
     attention projections, PyTorch's Linear init).
 
     Masks are True = may attend: ``key_padding_mask [B, T]`` (``[B, past + T]`` with a cache) is
-    True at real tokens.
+    True at real tokens. With a ``key_padding_mask`` each token's position is the number of real
+    tokens before it in its row, so a left-padded row computes what the row alone would.
     """
 
     def __init__(self, config: LanguageModelConfig) -> None:
@@ -96,13 +246,7 @@ class LanguageModel(nn.Module):
         else:
             self.positional = None
         self.dropout = nn.Dropout(c.dropout)
-        self.decoder = TransformerDecoder(
-            **c.stack_kwargs(),  # type: ignore[arg-type]
-            bias=c.bias,
-            layer_norm_eps=c.layer_norm_eps,
-            cross_attention=False,
-            rotary=c.positional == "rotary",
-        )
+        self.decoder = TransformerDecoder(**c.decoder_kwargs())
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
@@ -128,18 +272,25 @@ class LanguageModel(nn.Module):
                 f"context is max_len={self.config.max_len}; pass at most the last {self.config.max_len} tokens "
                 "(generate() slides this window itself)"
             )
+        positions = None
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (ids.shape[0], end):
+                raise ValueError(
+                    f"key_padding_mask must be a boolean [B, past + T]=[{ids.shape[0]}, {end}] tensor (True = real "
+                    f"token), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+                )
+            positions = positions_from_padding_mask(key_padding_mask)[:, offset:]
         h = self.token_embedding(ids)
         if self.positional is not None:
-            h = self.positional(h, offset)
+            h = self.positional(h, offset, positions)
         h = self.dropout(h)
-        # One new position after cached ones may attend to all of them: causal without a mask.
-        causal = not (cache is not None and ids.shape[1] == 1 and key_padding_mask is None)
+        kwargs: dict[str, Any] = dict(
+            tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions
+        )
         if need_weights:
-            h, maps, _ = self.decoder.forward_with_attention(
-                h, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache
-            )
+            h, maps, _ = self.decoder.forward_with_attention(h, **kwargs)
             return h, maps
-        return self.decoder(h, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=causal, cache=cache), []
+        return self.decoder(h, **kwargs), []
 
     def forward(
         self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None
