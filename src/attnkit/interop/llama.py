@@ -248,7 +248,9 @@ def hf_llama_config(config: LanguageModelConfig, family: str) -> dict[str, Any]:
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": c.rope_theta}
     if c.rope_scaling is not None:
         scaling = c.rope_scaling.model_dump(mode="json", exclude_none=True)
-        rope = {"rope_type": scaling.pop("type"), "rope_theta": c.rope_theta, **scaling}
+        kind = scaling.pop("type")
+        rope = {"rope_type": kind, "rope_theta": c.rope_theta}
+        rope |= {k: v for k, v in scaling.items() if k in _ROPE_KEYS[kind]}
     hf: dict[str, Any] = {
         "architectures": [LLAMA_FAMILIES[family]],
         "model_type": family,
