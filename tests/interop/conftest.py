@@ -183,7 +183,9 @@ def save_llama_tokenizer(model_type: str, folder: Path) -> int:
     tok.train_from_iterator(corpus(), trainer=trainer)
     if "bos_token" in specials:
         bos = specials["bos_token"]
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
     tok.save(str(folder / "tokenizer.json"))
     options = {**specials, "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": "bos_token" in specials}
     (folder / "tokenizer_config.json").write_text(json.dumps(options))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LLAMA_FAMILY, build_llama_family
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop import import_model, load_pretrained
 from attnkit.models import LanguageModel
+from conftest import LLAMA_FAMILY, build_llama_family
 
 TOL = 1e-5
 
@@ -177,7 +177,10 @@ def test_weights_that_do_not_match_the_config(llama_dir: Path, tmp_path: Path):
     del tensors["model.layers.1.mlp.up_proj.weight"]
     tensors["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(32)
     save_file(tensors, missing / "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"(?s)missing \(1\): layers.1.mlp.up_proj.weight.*unexpected \(1\): layers.0.self_attn.q_proj.bias"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"(?s)missing \(1\): layers.1.mlp.up_proj.weight.*unexpected \(1\): layers.0.self_attn.q_proj.bias",
+    ):
         load_pretrained(missing)
 
 

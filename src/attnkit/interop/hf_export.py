@@ -27,7 +27,6 @@ from attnkit.data.tokenizers import (
     BOS_ID,
     EOS,
     PAD,
-    SPECIAL_TOKENS,
     UNK,
     BPETokenizer,
     CharTokenizer,
@@ -109,10 +108,11 @@ def hf_tokenizer(tokenizer: Any) -> PretrainedTokenizer:
         pattern = r"[\s\S]" if isinstance(tokenizer, CharTokenizer) else _PIECE_RE.pattern
         hf.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
         hf.decoder = decoders.Fuse()
+        # <unk> stays an ordinary vocabulary entry: decoding shows it, as attnkit's tokenizers do.
+        hf.add_special_tokens([PAD, BOS, EOS])
     elif isinstance(tokenizer, Tokenizer):
         raise ConfigError(f"a {type(tokenizer).__name__} cannot be written as a Hugging Face tokenizer.json")
     else:
         raise TypeError(f"expected a tokenizer, got {type(tokenizer).__name__}")
-    hf.add_special_tokens(list(SPECIAL_TOKENS))
     hf.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, BOS_ID)])
     return PretrainedTokenizer(hf, {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK})
