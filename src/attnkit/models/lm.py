@@ -8,7 +8,7 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Self
 
 import torch
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from attnkit.models.config import EncoderConfig, StrictModel
 from attnkit.models.encoders import _check_ids
-from attnkit.models.generation import check_sampling, sample_next_token
+from attnkit.models.generation import apply_repetition_penalty, check_sampling, left_pad, sample_next_token
 from attnkit.nn import (
     DecoderCache,
     LearnedPositionalEncoding,
@@ -320,104 +320,182 @@ class LanguageModel(nn.Module):
     @torch.no_grad()
     def generate(
         self,
-        prompt_ids: Tensor,
+        prompt_ids: Tensor | Sequence[Sequence[int] | Tensor],
         max_new_tokens: int,
         *,
+        padding_mask: Tensor | None = None,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float = 1.0,
         generator: torch.Generator | None = None,
         use_cache: bool = True,
         stop_at_eos: bool = True,
+        stop_strings: Sequence[str] | None = None,
+        decode: Callable[[list[int]], str] | None = None,
         on_token: Callable[[Tensor], None] | None = None,
     ) -> Tensor:
-        """Continue ``prompt_ids [B, T]`` by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
+        """Continue a batch of prompts by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
 
         Args:
-            prompt_ids: ``[B, T]`` with ``T >= 1`` (start from ``[[bos_id]]`` for no prompt); the
-                rows of a batch share their length (e.g. several samples of one prompt).
+            prompt_ids: ``[B, T]`` token ids, left-padded when ``padding_mask`` is given; or a list of
+                prompts (token-id lists / 1-D tensors) of any lengths, left-padded here. Each prompt has
+                at least one token (start from ``[bos_id]`` for no prompt).
+            padding_mask: ``[B, T]``, True = real token, False = padding (all padding on the left).
+                Each row is generated as if alone: its positions count its own tokens only.
             temperature: 0 = greedy; otherwise sampling (see :func:`sample_next_token`).
-            top_k, top_p: sampling filters.
+            top_k, top_p, min_p: sampling filters.
+            repetition_penalty: transformers' semantics: the logits of tokens already in the row
+                (prompt or generated, padding excluded) are divided by it when positive, multiplied
+                when negative (``1`` = off; ``> 1`` discourages repeats). Applies to greedy too.
             generator: a seeded ``torch.Generator`` makes sampling reproducible.
             use_cache: decode one position per step with the key/value cache; ``False``
                 recomputes the whole context every step (same tokens, slower).
-            stop_at_eos: a row that produced ``eos_id`` gets ``pad_id`` afterwards; generation
-                stops when every row has (so ``n`` may be less than ``max_new_tokens``).
+            stop_at_eos: a row that produced ``eos_id`` gets ``pad_id`` afterwards.
+            stop_strings: a row stops (``pad_id`` afterwards) once the text of its new tokens,
+                ``decode(token ids)``, contains one of them (the text is trimmed by the caller, e.g.
+                :func:`attnkit.tasks.lm.generate_text`). Needs ``decode``.
             on_token: called after every step with the new tokens ``[B]`` (for streaming).
 
+        Generation stops when every row has stopped (so ``n`` may be less than ``max_new_tokens``).
+        The result is the (left-padded) prompts followed by the new tokens.
+
         The context is ``max_len`` tokens. A longer prompt, or generation past the context,
-        slides a window: each next token is predicted from the last ``max_len`` tokens,
+        slides a window: each next token is predicted from the last ``max_len`` columns,
         re-encoded from position 0 (as nanoGPT crops its input). With the cache, decoding is
         incremental while the text fits the context, then recomputes the window every step.
 
         The model is in eval mode during generation (dropout off) and its mode restored after.
         """
         c = self.config
-        check_sampling(temperature, top_k, top_p)
+        check_sampling(temperature, top_k, top_p, min_p, repetition_penalty)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if stop_strings is not None:
+            if isinstance(stop_strings, str) or not all(isinstance(x, str) and x for x in stop_strings):
+                raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
+            if decode is None:
+                raise ValueError("stop_strings need `decode` (token ids -> text), e.g. tokenizer.decode")
+        device = self.token_embedding.weight.device
+        if not isinstance(prompt_ids, Tensor):
+            if padding_mask is not None:
+                raise ValueError("padding_mask goes with a [B, T] tensor of prompt_ids, not with a list of prompts")
+            prompt_ids, padding_mask = left_pad(prompt_ids, c.pad_id)
         if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
             raise ValueError(
                 f"prompt_ids must be [batch, seq] with seq >= 1 (use [[bos_id]] for no prompt), "
                 f"got shape {tuple(prompt_ids.shape)}"
             )
         _check_ids(prompt_ids, c.vocab_size)
+        if padding_mask is not None:
+            _check_left_padding(padding_mask, prompt_ids.shape)
+            padding_mask = padding_mask.to(device)
+            if bool(padding_mask.all()):
+                padding_mask = None  # no padding: the plain (offset) positions are the same
         was_training = self.training
         self.eval()
         try:
             return self._generate(
-                prompt_ids.long(),
+                prompt_ids.long().to(device),
+                padding_mask,
                 max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                generator,
+                dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator),
+                repetition_penalty,
                 use_cache,
                 stop_at_eos,
+                (list(stop_strings), decode) if stop_strings else None,
                 on_token,
             )
         finally:
             self.train(was_training)
 
-    def _last_logits(self, ids: Tensor, cache: DecoderCache | None) -> Tensor:
+    def _last_logits(self, ids: Tensor, padding_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
         """Logits ``[B, V]`` of the last position only (the head is not applied to the others)."""
-        h, _ = self._hidden(ids, None, cache, need_weights=False)
+        h, _ = self._hidden(ids, padding_mask, cache, need_weights=False)
         return self.lm_head(h[:, -1])
 
     def _generate(
         self,
-        out: Tensor,
+        prompt: Tensor,
+        padding_mask: Tensor | None,
         max_new_tokens: int,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        generator: torch.Generator | None,
+        sampling: dict[str, Any],
+        repetition_penalty: float,
         use_cache: bool,
         stop_at_eos: bool,
+        stop: tuple[list[str], Callable[[list[int]], str]] | None,
         on_token: Callable[[Tensor], None] | None,
     ) -> Tensor:
         c = self.config
         if max_new_tokens == 0:
-            return out
+            return prompt
+        batch, prompt_len = prompt.shape
         context = c.max_len
+        # One buffer for the prompt and every new token (and one for the mask): no concatenation per step.
+        out = prompt.new_full((batch, prompt_len + max_new_tokens), c.pad_id)
+        out[:, :prompt_len] = prompt
+        mask = None
+        if padding_mask is not None:
+            mask = padding_mask.new_ones((batch, prompt_len + max_new_tokens))
+            mask[:, :prompt_len] = padding_mask
+        seen = None
+        if repetition_penalty != 1.0:
+            seen = torch.zeros(batch, c.vocab_size, dtype=torch.bool, device=prompt.device)
+            real = torch.ones_like(prompt, dtype=torch.bool) if padding_mask is None else padding_mask
+            seen.scatter_(1, prompt.masked_fill(~real, 0), real)  # padding writes False at id 0: a no-op
+            seen[:, 0] |= (prompt == 0).logical_and(real).any(dim=1)
         cache = self.new_cache() if use_cache else None
-        logits = self._last_logits(out[:, -context:], cache)
-        finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        pieces = [out]
+        start = max(0, prompt_len - context)
+        logits = self._last_logits(prompt[:, start:], None if mask is None else mask[:, start:prompt_len], cache)
+        stopping = stop_at_eos or stop is not None
+        finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
+        end = prompt_len
         for step in range(max_new_tokens):
-            token = sample_next_token(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-            if stop_at_eos:
+            if seen is not None:
+                logits = apply_repetition_penalty(logits, seen, repetition_penalty)
+            token = sample_next_token(logits, **sampling)
+            if stopping:
                 token = token.masked_fill(finished, c.pad_id)
-                finished |= token == c.eos_id
-            pieces.append(token[:, None])
+                if stop_at_eos:
+                    finished |= token == c.eos_id
+            out[:, end] = token
+            end += 1
+            if seen is not None:
+                seen.scatter_(1, token[:, None], True)
+            if stop is not None:
+                _check_stop_strings(out[:, prompt_len:end], finished, *stop)
             if on_token is not None:
                 on_token(token)
-            if step == max_new_tokens - 1 or (stop_at_eos and bool(finished.all())):
+            if step == max_new_tokens - 1 or (stopping and bool(finished.all())):
                 break
+            window_mask = None if mask is None else mask[:, max(0, end - context) : end]
             if cache is not None and cache.length < context:
-                logits = self._last_logits(token[:, None], cache)
+                logits = self._last_logits(out[:, end - 1 : end], window_mask, cache)
             else:  # past the context (or no cache): re-encode the last `context` tokens
                 cache = None
-                window = torch.cat(pieces, dim=1)[:, -context:]
-                logits = self._last_logits(window, None)
-        return torch.cat(pieces, dim=1)
+                logits = self._last_logits(out[:, max(0, end - context) : end], window_mask, None)
+        return out[:, :end]
+
+
+def _check_left_padding(padding_mask: Tensor, shape: torch.Size) -> None:
+    if padding_mask.dtype != torch.bool or padding_mask.shape != shape:
+        raise ValueError(
+            f"padding_mask must be a boolean tensor of the prompts' shape {tuple(shape)} (True = real token), "
+            f"got {padding_mask.dtype} {tuple(padding_mask.shape)}"
+        )
+    if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
+        raise ValueError(
+            "prompts must be left-padded (padding first, then the tokens, and at least one token per row); "
+            "pass a list of prompts to generate() to have them padded"
+        )
+
+
+def _check_stop_strings(
+    new_tokens: Tensor, finished: Tensor, stop_strings: list[str], decode: Callable[[list[int]], str]
+) -> None:
+    """Mark as finished the rows whose new text contains a stop string."""
+    for row in (~finished).nonzero().flatten().tolist():
+        text = decode(new_tokens[row].tolist())
+        if any(s in text for s in stop_strings):
+            finished[row] = True
