@@ -472,7 +472,7 @@ def _export_hf(run: str, out: str) -> tuple[str, str]:
     from attnkit.data.lm import tokenizer_of
     from attnkit.interop import export_hf, load_pretrained
     from attnkit.interop.export import INFO_FILE
-    from attnkit.tasks.runner import load_run
+    from attnkit.tasks import load_run
 
     if (Path(run) / INFO_FILE).is_file():
         pretrained = load_pretrained(run)

@@ -17,7 +17,7 @@ from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, WordLevelTokeni
 from attnkit.errors import ConfigError
 from attnkit.interop import export_hf, hf_tokenizer, import_model, load_pretrained
 from attnkit.models import BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import load_run
 from conftest import corpus
 
 TOL = 1e-5
