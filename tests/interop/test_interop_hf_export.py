@@ -81,6 +81,7 @@ def test_cli_exports_an_imported_llama(llama_dir: Path, tmp_path: Path):
             {"rope_scaling": {"type": "llama3", "factor": 4.0, "original_max_position_embeddings": 8}},
             "llama",
         ),
+        ("llama", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "llama"),
         ("mistral", {"sliding_window": 5, "num_kv_heads": 1}, "mistral"),
         ("qwen2", {"num_kv_heads": 2, "tie_weights": True}, "qwen2"),
         ("gpt2", {}, "gpt2"),
@@ -121,6 +122,9 @@ def test_what_cannot_be_expressed_is_named(tmp_path: Path):
         export_hf(lm(positional="sinusoidal", bias=False), tmp_path)
     with pytest.raises(ConfigError, match=r"as a GPT-2 .*norm_first=false"):
         export_hf(lm(norm_first=False), tmp_path)
+    dynamic = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+    with pytest.raises(ConfigError, match=r"dynamic rope_scaling from original_max_position_embeddings=8"):
+        export_hf(lm(preset="llama", max_len=32, rope_scaling=dynamic), tmp_path)
     with pytest.raises(ConfigError, match=r"positional='alibi'"):
         export_hf(lm(positional="alibi"), tmp_path)
     with pytest.raises(ConfigError, match=r"only language models .* this is a BertEncoder"):

@@ -110,6 +110,24 @@ def test_older_config_names_read_the_same(llama_dir: Path, tmp_path: Path):
     assert load_pretrained(old).model.config == load_pretrained(llama_dir).model.config
 
 
+def test_dynamic_rope_scaling_starts_at_the_context(llama_dir: Path, tmp_path: Path):
+    """transformers' dynamic NTK scaling ignores original_max_position_embeddings: it starts past
+    max_position_embeddings (attnkit's max_len), as attnkit's import reads it."""
+    folder = shutil.copytree(llama_dir, tmp_path / "dynamic")
+    rope = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0, "original_max_position_embeddings": 16}
+    _edit_config(folder, rope_parameters=rope)
+    model = load_pretrained(folder).model
+    scaling = model.config.rope_scaling
+    assert scaling is not None and (scaling.type, scaling.factor, scaling.original_max_position_embeddings) == (
+        "dynamic",
+        2.0,
+        64,
+    )
+    ids = torch.randint(0, model.config.vocab_size, (2, 64))
+    with torch.no_grad():
+        assert (model(ids) - _reference(folder)(ids).logits).abs().max() <= TOL
+
+
 def test_sharded_checkpoint_and_import(tmp_path: Path):
     """save_pretrained(max_shard_size=...) writes shards listed by model.safetensors.index.json."""
     sharded = build_llama_family("qwen2", tmp_path / "sharded", max_shard_size="20KB")

@@ -42,10 +42,12 @@ LLAMA_FAMILIES = {
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 HEAD_PREFIXES = ("score.", "qa_outputs.", "classifier.")
 # Keys of rope_parameters / rope_scaling that each supported type reads (others are refused).
+# transformers' dynamic scaling starts past max_position_embeddings: it ignores an
+# original_max_position_embeddings, and so does attnkit's import.
 _ROPE_KEYS = {
     "default": set(),
     "linear": {"factor"},
-    "dynamic": {"factor", "original_max_position_embeddings"},
+    "dynamic": {"factor"},
     "llama3": {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
 }
 
@@ -65,6 +67,8 @@ def _rope(hf: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None
             f"{source}: rope scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)}); "
             "attnkit cannot compute this model's rotary positions"
         )
+    if kind == "dynamic":
+        params.pop("original_max_position_embeddings", None)
     extra = sorted(k for k, v in params.items() if k not in _ROPE_KEYS[kind] and v is not None)
     if extra:
         raise ConfigError(f"{source}: rope scaling {kind!r} with {extra} is not supported")
@@ -76,7 +80,7 @@ def _rope(hf: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None
     for key in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
         if params.get(key) is not None:
             scaling[key] = params[key]
-    if kind == "dynamic" and "original_max_position_embeddings" not in scaling:
+    if kind == "dynamic":
         scaling["original_max_position_embeddings"] = hf.get("max_position_embeddings")
     return theta, scaling
 
@@ -236,6 +240,16 @@ def llama_problems(config: LanguageModelConfig) -> list[str]:
         problems.append("norm_first=false (they are pre-norm)")
     if c.bias:
         problems.append("bias=true (they have no biases but q/k/v's in Qwen2: use bias=false, qkv_bias=true)")
+    scaling = c.rope_scaling
+    if (
+        scaling is not None
+        and scaling.type == "dynamic"
+        and scaling.original_max_position_embeddings not in (None, c.max_len)
+    ):
+        problems.append(
+            f"dynamic rope_scaling from original_max_position_embeddings={scaling.original_max_position_embeddings} "
+            f"(transformers scales from max_position_embeddings, here max_len={c.max_len})"
+        )
     if qkv_bias and c.sliding_window is not None:
         problems.append("qkv_bias together with sliding_window (Qwen2 has the biases, Mistral the window)")
     return problems
