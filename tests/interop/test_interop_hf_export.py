@@ -169,3 +169,15 @@ def test_cli_exports_an_lm_run(tmp_path: Path):
     assert (_transformers_logits(tmp_path / "hf", ids) - _logits(loaded.module.model, ids)).abs().max() <= TOL
     failed = cli.invoke(main, ["export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x"), "--format", "hf"])
     assert failed.exit_code != 0 and "nowhere" in failed.output
+
+
+def test_parity_script_quick_mode():
+    """benchmarks/hf_parity.py (the README's figures) works end to end on tiny sizes."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "hf_parity.py"
+    spec = importlib.util.spec_from_file_location("hf_parity", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.check("qwen2", {}, quick=True, tol=TOL)
