@@ -23,6 +23,18 @@ def _reference(folder: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager").eval()
 
 
+def _greedy(ref: torch.nn.Module, ids: torch.Tensor, n: int, model: LanguageModel) -> torch.Tensor:
+    """transformers' greedy ``generate`` with the padding and end ids of attnkit's ``model``."""
+    return ref.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        do_sample=False,
+        pad_token_id=model.config.pad_id,
+        eos_token_id=model.config.eos_id,
+    )
+
+
 def _edit_config(folder: Path, **changes: object) -> None:
     config = json.loads((folder / "config.json").read_text())
     config.update(changes)
@@ -55,14 +67,7 @@ def test_greedy_generation_is_identical(llama_family_dir: Path):
     ref = _reference(llama_family_dir)
     torch.manual_seed(1)
     prompts = torch.randint(3, model.config.vocab_size, (2, 6))
-    expected = ref.generate(
-        prompts,
-        attention_mask=torch.ones_like(prompts),
-        max_new_tokens=30,
-        do_sample=False,
-        pad_token_id=model.config.pad_id,
-        eos_token_id=model.config.eos_id,
-    )
+    expected = _greedy(ref, prompts, 30, model)
     ours = model.generate(prompts, 30, temperature=0.0)  # KV cache
     assert ours.tolist() == expected.tolist()
     assert len(set(ours[0, 6:].tolist())) > 3  # not a single repeated token
@@ -72,14 +77,7 @@ def test_greedy_generation_is_identical(llama_family_dir: Path):
     prompt = "the film was"
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     assert ids[0].tolist() == pretrained.tokenizer.encode(prompt)
-    out = ref.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=12,
-        do_sample=False,
-        pad_token_id=model.config.pad_id,
-        eos_token_id=model.config.eos_id,
-    )
+    out = _greedy(ref, ids, 12, model)
     assert pretrained.generate(prompt, 12) == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
 from attnkit.models.lm import LanguageModelConfig
 
@@ -48,7 +49,7 @@ def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> Langu
         unsupported.append(f"activation_function={act!r} (supported: {', '.join(ACTIVATIONS)})")
     if unsupported:
         raise ConfigError(f"{source}: this GPT-2 variant is not supported: {'; '.join(unsupported)}")
-    try:
+    with reading_config(source, "GPT-2"):
         vocab_size, d_model = hf["vocab_size"], hf["n_embd"]
         if eos_id is None or not 0 <= eos_id < vocab_size:
             eos_id = hf.get("eos_token_id")
@@ -72,10 +73,6 @@ def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> Langu
             bos_id=eos_id,
             eos_id=eos_id,
         )
-    except KeyError as err:
-        raise ConfigError(f"{source}: GPT-2 config has no {err.args[0]!r}") from None
-    except ValueError as err:  # pydantic's ValidationError
-        raise ConfigError(f"{source}: invalid GPT-2 config: {err}") from None
 
 
 def normalize_gpt2_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -20,6 +20,7 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
 from attnkit.models.lm import LanguageModelConfig
 
@@ -135,7 +136,7 @@ def llama_config(hf: dict[str, Any], *, bos_id: int | None, eos_id: int | None, 
         unsupported.append(f"partial_rotary_factor={hf['partial_rotary_factor']} (only 1.0)")
     if unsupported:
         raise ConfigError(f"{source}: this {family} variant is not supported: {'; '.join(unsupported)}")
-    try:
+    with reading_config(source, family):
         theta, scaling = _rope(hf, source)
         vocab_size, d_model, num_heads = hf["vocab_size"], hf["hidden_size"], hf["num_attention_heads"]
         head_dim = hf.get("head_dim") or d_model // num_heads
@@ -171,10 +172,6 @@ def llama_config(hf: dict[str, Any], *, bos_id: int | None, eos_id: int | None, 
             bos_id=bos,
             eos_id=eos,
         )
-    except KeyError as err:
-        raise ConfigError(f"{source}: {family} config has no {err.args[0]!r}") from None
-    except ValueError as err:  # pydantic's ValidationError
-        raise ConfigError(f"{source}: invalid {family} config: {err}") from None
 
 
 def normalize_llama_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -1,4 +1,4 @@
-"""Loading pretrained models from local folders: Hugging Face BERT and GPT-2 folders, and attnkit
+"""Loading pretrained models from local folders: Hugging Face BERT, GPT-2, Llama, Mistral and Qwen2 folders, and attnkit
 model folders (written by ``attnkit import`` / ``attnkit export``)."""
 
 from __future__ import annotations
