@@ -81,6 +81,25 @@ def test_greedy_generation_is_identical(llama_family_dir: Path):
     assert pretrained.generate(prompt, 12) == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
+def test_batched_mixed_length_prompts_match_left_padded_transformers(llama_family_dir: Path):
+    """A list of prompts of different lengths (attnkit left-pads them) gives transformers' tokens for
+    the same left-padded batch (per-row positions; Mistral's window over the real tokens)."""
+    model = load_pretrained(llama_family_dir).model
+    c = model.config
+    torch.manual_seed(2)
+    prompts = [torch.randint(3, c.vocab_size, (n,)).tolist() for n in (3, 12, 7)]
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), c.pad_id)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    expected = _reference(llama_family_dir).generate(
+        ids, attention_mask=mask, max_new_tokens=20, do_sample=False, pad_token_id=c.pad_id, eos_token_id=c.eos_id
+    )
+    assert model.generate(prompts, 20, temperature=0.0).tolist() == expected.tolist()
+
+
 def test_family_specific_settings(tmp_path: Path):
     llama = load_pretrained(build_llama_family("llama", tmp_path / "llama")).model.config
     scaling = llama.rope_scaling

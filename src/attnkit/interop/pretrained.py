@@ -1,5 +1,5 @@
-"""Loading pretrained models from local folders: Hugging Face BERT, GPT-2, Llama, Mistral and Qwen2 folders, and attnkit
-model folders (written by ``attnkit import`` / ``attnkit export``)."""
+"""Loading pretrained models from local folders: Hugging Face BERT, GPT-2, Llama, Mistral and Qwen2
+folders, and attnkit model folders (written by ``attnkit import`` / ``attnkit export``)."""
 
 from __future__ import annotations
 
