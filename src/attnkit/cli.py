@@ -497,8 +497,9 @@ def tune(
 @click.argument("path", type=click.Path())
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
 def import_model(path: str, out: str) -> None:
-    """Convert the Hugging Face BERT or GPT-2 folder PATH (config.json, weights, tokenizer files) into an
-    attnkit model folder OUT (model.safetensors + attnkit.json + tokenizer). Nothing is downloaded.
+    """Convert the Hugging Face BERT, GPT-2, Llama, Mistral or Qwen2 folder PATH (config.json, weights,
+    sharded or not, tokenizer files) into an attnkit model folder OUT (model.safetensors + attnkit.json +
+    tokenizer). Nothing is downloaded.
 
     \b
       attnkit import ./bert-base-uncased --out models/bert
@@ -517,11 +518,32 @@ def import_model(path: str, out: str) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
-def export(run: str, out: str) -> None:
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The model folder to write.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["attnkit", "hf"]),
+    default="attnkit",
+    show_default=True,
+    help="attnkit: model.safetensors + attnkit.json; hf: a Hugging Face folder (config.json, model.safetensors, "
+    "tokenizer.json) that transformers loads.",
+)
+def export(run: str, out: str, fmt: str) -> None:
     """Write the model of RUN (a run folder or checkpoint file) to OUT as model.safetensors + attnkit.json
-    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
+    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly.
+
+    With --format hf, RUN is an lm run or an attnkit model folder of a language model (e.g. written by
+    `attnkit import`), written as a Hugging Face llama / mistral / qwen2 (rotary, RMSNorm, SwiGLU) or
+    gpt2 (learned positions, LayerNorm) checkpoint.
+
+    \b
+      attnkit export runs/lm/version_0 --out hf/my-lm --format hf
+    """
     try:
+        if fmt == "hf":
+            written, source = _export_hf(run, out)
+            click.echo(f"{source} -> {out} ({written})")
+            return
         from attnkit.interop import save_model
         from attnkit.tasks import load_run
 
@@ -532,6 +554,23 @@ def export(run: str, out: str) -> None:
         _fail(err)
         return
     click.echo(f"{loaded.checkpoint} -> {out}")
+
+
+def _export_hf(run: str, out: str) -> tuple[str, str]:
+    """``export --format hf``: the model_type written and what was read."""
+    from attnkit.data.lm import tokenizer_of
+    from attnkit.interop import export_hf, load_pretrained
+    from attnkit.interop.export import INFO_FILE
+    from attnkit.tasks import load_run
+
+    if (Path(run) / INFO_FILE).is_file():
+        pretrained = load_pretrained(run)
+        return export_hf(pretrained.model, out, pretrained.tokenizer), run
+    loaded = load_run(run)
+    if loaded.task.name != "lm":
+        raise ConfigError(f"{run} is a {loaded.task.name!r} run; only lm runs export as Hugging Face checkpoints")
+    tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
+    return export_hf(loaded.module.model, out, tokenizer), str(loaded.checkpoint)
 
 
 if __name__ == "__main__":
