@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attnkit.errors import ConfigError
 
-__all__ = ["ConfigError", "allowed_keys", "load_yaml", "merge", "parse_overrides", "validate_config"]
+__all__ = ["ConfigError", "StrictModel", "allowed_keys", "load_yaml", "merge", "parse_overrides", "validate_config"]
+
+
+class StrictModel(BaseModel):
+    """The base of every config (model, data, training): pydantic, rejects unknown keys and
+    validates on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -95,9 +101,6 @@ def _fields(cls: Any) -> dict[str, Any] | None:
     for arg in typing.get_args(cls) or (cls,):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return {name: f.annotation for name, f in arg.model_fields.items()}
-        if dataclasses.is_dataclass(arg):
-            hints = typing.get_type_hints(arg)
-            return {f.name: hints.get(f.name) for f in dataclasses.fields(arg)}
     return None
 
 

@@ -151,12 +151,14 @@ def test_data_errors(tmp_path: Path):
     with pytest.raises(ValueError, match=r"has 1 document\(s\); at least 3.*data.split_on=line"):
         dm.setup()
     for kw, match in [
-        (dict(split_on="sentence"), "data.split_on='sentence' is invalid"),
-        (dict(tokenizer="sentencepiece"), "data.tokenizer='sentencepiece' is invalid"),
-        (dict(val_fraction=0.0), "data.val_fraction=0.0 is invalid"),
-        (dict(val_fraction=0.6, test_fraction=0.5), "val_fraction \\+ test_fraction < 1"),
-        (dict(vocab_size=2), "data.vocab_size=2 is invalid"),
-        (dict(source=""), "data.source='' is invalid"),
+        (dict(split_on="sentence"), "split_on\n  Input should be 'blank_line' or 'line'"),
+        (dict(tokenizer="sentencepiece"), "tokenizer\n  Input should be 'char', 'word' or 'bpe'"),
+        (dict(val_fraction=0.0), "val_fraction\n  Input should be greater than 0"),
+        (dict(val_fraction=0.6, test_fraction=0.5), "val_fraction \\+ test_fraction must be below 1"),
+        (dict(vocab_size=2), "vocab_size\n  Input should be greater than or equal to 5"),
+        (dict(tokenizer="bpe", vocab_size=100), "a bpe vocabulary needs vocab_size >= 260"),
+        (dict(source=""), "source\n  String should have at least 1 character"),
+        (dict(source=" "), "data.source must be 'grammar' or the path"),
     ]:
         with pytest.raises(ValueError, match=match):
             LMDataConfig(**kw)

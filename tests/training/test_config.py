@@ -46,7 +46,7 @@ def test_bad_values_name_key_and_allowed_values():
         build_config("reverse", overrides={"model.dropout": 1.5})
     with pytest.raises(ConfigError, match=r"num_heads \(3\) must divide d_model \(32\)"):
         build_config("reverse", overrides={"model.num_heads": 3})
-    with pytest.raises(ConfigError, match=r"data: data\.seq_len must be >= 1"):
+    with pytest.raises(ConfigError, match=r"data\.seq_len: Input should be greater than or equal to 1 \(got 0\)"):
         build_config("reverse", overrides={"data.seq_len": 0})
 
 

@@ -91,7 +91,7 @@ def test_example_space_checks_and_notes_the_heads_constraint():
         ("model: [1, 2]\n", "model is a config section"),
         ("model.dropout: {low: 0.0, high: 1.0}\n", "model.dropout: high 1.0 is not valid: dropout must be in [0, 1)"),
         ("trainer.batch_size: [32, 0]\n", "trainer.batch_size: choice 0 is not valid"),
-        ("data.seq_len: {low: 0, high: 8}\n", "data.seq_len: low 0 is not valid: data.seq_len must be >= 1"),
+        ("data.seq_len: {low: 0, high: 8}\n", "data.seq_len: low 0 is not valid: Input should be greater than or equal to 1"),
         ("model.num_heads: [2, 3]\n", "model.num_heads: choice 3 is not valid: num_heads (3) must divide d_model (32)"),
         ("model.num_heads: [2, 3]\nmodel.d_model: [16, 32]\n",
          "model.num_heads: choice 3 is not valid with any value of model.d_model"),

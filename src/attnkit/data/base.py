@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import lightning as L
 import torch
+from pydantic import ConfigDict, field_validator
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["SplitDataModule", "invalid_data_value"]
+from attnkit.config import StrictModel
+
+__all__ = ["DataConfig", "SplitDataModule"]
 
 
-def invalid_data_value(name: str, value: Any, allowed: str) -> NoReturn:
-    """Raise the error for a bad ``data.<name>`` config value, saying what is allowed."""
-    raise ValueError(f"data.{name}={value!r} is invalid; allowed: {allowed}")
+class DataConfig(StrictModel):
+    """The base of the ``data`` section of every task: pydantic in strict mode (``"1"`` is not an
+    int, ``1`` is not a bool), unknown keys rejected. Path fields (``source`` ...) also accept a
+    ``pathlib.Path`` (stored as ``str``)."""
+
+    model_config = ConfigDict(strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _paths_as_strings(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 class SplitDataModule(L.LightningDataModule):

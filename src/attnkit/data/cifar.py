@@ -10,14 +10,12 @@ torchvision is optional: it is imported only by :func:`build_torchvision_backbon
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
 import os
 import pickle
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from attnkit.io import write_atomic
 
 __all__ = [
     "CIFAR100_FILES",
@@ -274,22 +274,6 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def _save_atomic(obj: dict[str, Any], path: Path) -> None:
-    """torch.save to a temporary file in the same folder, then os.replace it onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _load_cache(path: Path, expected: dict[str, Any], train_y: Tensor, test_y: Tensor) -> dict[str, Any] | None:
     """The cached features if ``path`` exists and matches ``expected`` and the labels; None otherwise."""
     if not path.is_file():
@@ -409,7 +393,7 @@ def load_cifar100_features(
         "test_labels": test_y,
     }
     try:
-        _save_atomic(payload, cache_path)
+        write_atomic(cache_path, lambda tmp: torch.save(payload, tmp))
         log.info("cached CIFAR-100 features in %s", cache_path)
     except OSError as err:
         log.warning("could not write the feature cache %s (%s); set feature_cache to a writable path", cache_path, err)

@@ -19,15 +19,15 @@ import math
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from attnkit.data.base import SplitDataModule, invalid_data_value
+from attnkit.data.base import DataConfig, SplitDataModule
 from attnkit.data.synthetic import BatchedTensorDataset, identity_collate
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -47,13 +47,13 @@ _SPLITS = ("train", "val", "test")
 
 
 # ====================================================================== config
-@dataclass
-class LMDataConfig:
+class LMDataConfig(DataConfig):
     """Where the text comes from, how it is cut into documents and tokenized.
 
     Attributes:
-        source: ``"grammar"`` (the built-in generated corpus, :func:`generate_grammar_corpus`) or
-            the path of a plain UTF-8 text file.
+        source: ``"grammar"`` (the built-in generated corpus, :func:`generate_grammar_corpus`), the
+            path of a plain UTF-8 text file, a folder (every ``*.txt`` file in it, recursively) or a
+            glob of text files (``"corpus/*.txt"``); files are read in sorted path order.
         split_on: ``"blank_line"`` (default: a document is a paragraph; blank or whitespace-only
             lines separate documents) or ``"line"`` (every non-blank line is a document).
         tokenizer: ``"char"`` (default), ``"word"`` or ``"bpe"`` (see :mod:`attnkit.data.tokenizers`).
@@ -64,47 +64,36 @@ class LMDataConfig:
         val_fraction, test_fraction: shares of the documents held out (at least one each).
         seed: seeds the split (and the built-in corpus).
         builtin_documents: documents in the built-in corpus.
+        cache_dir: where the tokenized corpus is cached (default ``$ATTNKIT_CACHE`` or
+            ``~/.cache/attnkit``; see :mod:`attnkit.data.cache`).
     """
 
-    source: str = BUILTIN
+    source: str = Field(
+        BUILTIN, min_length=1, description="'grammar', a UTF-8 text file, a folder of *.txt files or a glob"
+    )
     split_on: Literal["blank_line", "line"] = "blank_line"
     tokenizer: Literal["char", "word", "bpe"] = "char"
-    vocab_size: int | None = None
-    min_freq: int = 1
-    val_fraction: float = 0.05
-    test_fraction: float = 0.05
+    vocab_size: int | None = Field(None, ge=5, description="vocabulary cap, specials included (>= 260 for bpe)")
+    min_freq: int = Field(1, ge=1)
+    val_fraction: float = Field(0.05, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.05, gt=0.0, lt=1.0)
     seed: int = 42
-    builtin_documents: int = 6000
+    builtin_documents: int = Field(6000, ge=3)
+    cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
 
-    def __post_init__(self) -> None:
-        if isinstance(self.source, Path):
-            self.source = str(self.source)
-        if not isinstance(self.source, str) or not self.source.strip():
-            invalid_data_value(
-                "source", self.source, f"{BUILTIN!r} (the built-in corpus) or the path of a UTF-8 text file"
-            )
-        if self.split_on not in ("blank_line", "line"):
-            invalid_data_value("split_on", self.split_on, "'blank_line' or 'line'")
-        if self.tokenizer not in ("char", "word", "bpe"):
-            invalid_data_value("tokenizer", self.tokenizer, "'char', 'word' or 'bpe'")
-        if self.vocab_size is not None and (
-            isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 5
-        ):
-            invalid_data_value("vocab_size", self.vocab_size, "null or an int >= 5 (>= 260 for bpe)")
-        for name, low in (("min_freq", 1), ("builtin_documents", 3)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                invalid_data_value(name, value, f"an int >= {low}")
-        for name in ("val_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value < 1.0:
-                invalid_data_value(name, value, "a number in (0, 1)")
+    @model_validator(mode="after")
+    def _check(self) -> LMDataConfig:
+        if not self.source.strip():
+            raise ValueError(f"data.source must be {BUILTIN!r} or the path of a UTF-8 text file, a folder or a glob")
         if self.val_fraction + self.test_fraction >= 1.0:
-            invalid_data_value(
-                "val_fraction",
-                self.val_fraction,
-                f"val_fraction + test_fraction < 1 (test_fraction={self.test_fraction})",
+            raise ValueError(
+                f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
             )
+        if self.tokenizer == "bpe" and self.vocab_size is not None and self.vocab_size < 260:
+            raise ValueError(
+                f"a bpe vocabulary needs vocab_size >= 260 (4 specials + 256 bytes), got {self.vocab_size}"
+            )
+        return self
 
 
 # ====================================================================== reading

@@ -24,10 +24,9 @@ from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import SplitDataModule
+from attnkit.data.base import DataConfig, SplitDataModule
 from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
-from attnkit.models.config import StrictModel
 
 __all__ = [
     "BUILTIN_SOURCE",
@@ -48,7 +47,7 @@ Pair = tuple[str, str]
 
 
 # ====================================================================== config
-class PairsDataConfig(StrictModel):
+class PairsDataConfig(DataConfig):
     """Where the pairs come from, how they are split and how they are tokenized."""
 
     source: str = Field(

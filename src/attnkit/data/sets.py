@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,8 +21,11 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from attnkit.data.base import DataConfig
 
 __all__ = [
     "AnomalyDataConfig",
@@ -45,78 +47,52 @@ _SPLITS = ("train", "val", "test")
 # configuration
 
 
-def _check_int(name: str, value: Any, minimum: int, allowed: str | None = None) -> None:
+def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}{allowed or ''}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def _check_fraction(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
-        raise ValueError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
-
-
-def _check_optional_path(name: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, (str, os.PathLike)) or not str(value)):
-        raise ValueError(f"{name} must be None or a non-empty path string, got {value!r}")
-
-
-@dataclass
-class AnomalyDataConfig:
+class AnomalyDataConfig(DataConfig):
     """Where item features come from and how sets are built.
 
     ``source`` is ``"digits"`` (scikit-learn's bundled 8x8 handwritten digits: 64 features, 10 classes),
     a ``.npz``/``.pt`` file, or a CIFAR-100 folder (``cifar-100-python`` of the official python release).
     """
 
-    source: str = "digits"
-    set_size: int = 10
-    train_sets: int | None = None  # sets per training epoch; default: training items // set_size
-    val_sets: int = 1000  # fixed, seeded
-    test_sets: int = 2000  # fixed, seeded
-    val_fraction: float = 0.1  # per-class share of the training items held out for validation (no val split given)
-    test_fraction: float = 0.2  # per-class share held out for testing (sources without a test split)
+    source: str = Field("digits", description="'digits', a .npz/.pt file of features or a CIFAR-100 folder")
+    set_size: int = Field(10, ge=2, description="items per set: set_size - 1 normal items and the anomaly")
+    train_sets: int | None = Field(
+        None, ge=1, description="sets per training epoch; default: training items // set_size"
+    )
+    val_sets: int = Field(1000, ge=1, description="fixed, seeded")
+    test_sets: int = Field(2000, ge=1, description="fixed, seeded")
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="per-class share of training items for validation")
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="per-class share held out (no test split given)")
     seed: int = 42
-    standardize: bool = True  # z-score features with the training statistics
+    standardize: bool = Field(True, description="z-score features with the training statistics")
     # CIFAR-100 only:
-    feature_cache: str | None = None  # default: <cifar folder>/attnkit_features_<backbone>.pt
-    backbone: str = "resnet34"  # torchvision model name (ImageNet weights from backbone_weights)
-    backbone_weights: str | None = None  # local torchvision state dict file; never downloaded
-    image_size: int = 224
-    batch_size_features: int = 128
-    feature_device: str | None = None  # where a torchvision backbone runs; None: cuda if available, else cpu
+    feature_cache: str | None = Field(
+        None, min_length=1, description="default: <cifar folder>/attnkit_features_<backbone>.pt"
+    )
+    backbone: str = Field(
+        "resnet34", pattern=r"^[A-Za-z0-9_.-]+$", description="torchvision model name such as 'resnet34'"
+    )
+    backbone_weights: str | None = Field(
+        None, min_length=1, description="local torchvision state dict; never downloaded"
+    )
+    image_size: int = Field(224, ge=8)
+    batch_size_features: int = Field(128, ge=1)
+    feature_device: str | None = Field(None, description="where the backbone runs; None: cuda if available, else cpu")
 
-    def __post_init__(self) -> None:
-        if isinstance(self.source, os.PathLike):
-            self.source = os.fspath(self.source)
-        if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError(
-                f"source must be 'digits', a path to a .npz/.pt file or a CIFAR-100 folder, got {self.source!r}"
-            )
-        _check_int("set_size", self.set_size, 2, " (a set needs at least one normal item and the anomaly)")
-        if self.train_sets is not None:
-            _check_int("train_sets", self.train_sets, 1, " or None (training items // set_size)")
-        _check_int("val_sets", self.val_sets, 1)
-        _check_int("test_sets", self.test_sets, 1)
-        _check_fraction("val_fraction", self.val_fraction)
-        _check_fraction("test_fraction", self.test_fraction)
+    @model_validator(mode="after")
+    def _check(self) -> AnomalyDataConfig:
+        if not self.source.strip():
+            raise ValueError("source must be 'digits', a path to a .npz/.pt file or a CIFAR-100 folder")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError(
                 f"val_fraction + test_fraction must be < 1 to leave training items, got "
                 f"{self.val_fraction} + {self.test_fraction}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.standardize, bool):
-            raise ValueError(f"standardize must be True or False, got {self.standardize!r}")
-        _check_optional_path("feature_cache", self.feature_cache)
-        if not isinstance(self.backbone, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", self.backbone):
-            raise ValueError(
-                f"backbone must be a torchvision model name such as 'resnet34' (letters, digits, '_', '.', '-'), "
-                f"got {self.backbone!r}"
-            )
-        _check_optional_path("backbone_weights", self.backbone_weights)
-        _check_int("image_size", self.image_size, 8)
-        _check_int("batch_size_features", self.batch_size_features, 1)
         if self.feature_device is not None:
             try:
                 torch.device(self.feature_device)
@@ -125,6 +101,7 @@ class AnomalyDataConfig:
                     f"feature_device must be None or a torch device such as 'cpu' or 'cuda:0', "
                     f"got {self.feature_device!r}"
                 ) from err
+        return self
 
 
 # ----------------------------------------------------------------------------------------------
@@ -828,5 +805,5 @@ class SetAnomalyDataModule(L.LightningDataModule):
             "mean": f.mean.tolist() if f.mean is not None else None,
             "std": f.std.tolist() if f.std is not None else None,
             "info": {k: v for k, v in f.info.items() if isinstance(v, (str, int, float, bool, list, type(None)))},
-            "config": dataclasses.asdict(self.cfg),
+            "config": self.cfg.model_dump(),
         }

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from pydantic import Field
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import SplitDataModule
+from attnkit.data.base import DataConfig, SplitDataModule
 
 __all__ = ["BatchedTensorDataset", "ReverseDataConfig", "ReverseDataModule", "identity_collate", "reverse_sequences"]
 
@@ -39,23 +39,15 @@ def identity_collate(batch: Any) -> Any:
     return batch
 
 
-@dataclass
-class ReverseDataConfig:
+class ReverseDataConfig(DataConfig):
     """Random sequences of ``num_categories`` symbols; the label is the sequence reversed."""
 
-    num_categories: int = 10
-    seq_len: int = 16
-    train_size: int = 50000
-    val_size: int = 1000
-    test_size: int = 10000
+    num_categories: int = Field(10, ge=2, description="symbols in the alphabet")
+    seq_len: int = Field(16, ge=1)
+    train_size: int = Field(50000, ge=1)
+    val_size: int = Field(1000, ge=1)
+    test_size: int = Field(10000, ge=1)
     seed: int = 42
-
-    def __post_init__(self) -> None:
-        for name in ("num_categories", "seq_len", "train_size", "val_size", "test_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_categories < 2:
-            raise ValueError(f"data.num_categories must be >= 2, got {self.num_categories}")
 
 
 def reverse_sequences(size: int, seq_len: int, num_categories: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -98,4 +90,4 @@ class ReverseDataModule(SplitDataModule):
         )
 
     def artifacts(self) -> dict[str, Any]:
-        return {"data": asdict(self.cfg)}
+        return {"data": self.cfg.model_dump()}

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import SplitDataModule, invalid_data_value
+from attnkit.data.base import DataConfig, SplitDataModule
 from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
 from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
 
@@ -55,8 +56,7 @@ IMDB_LABEL_NAMES: list[str] = ["negative", "positive"]  # folder neg -> 0, pos -
 
 
 # ====================================================================== config
-@dataclass
-class ClassifyDataConfig:
+class ClassifyDataConfig(DataConfig):
     """Where the texts come from and how they are split and encoded.
 
     Attributes:
@@ -76,62 +76,41 @@ class ClassifyDataConfig:
         synthetic_size: documents in the built-in corpus.
     """
 
-    source: str = "synthetic"
-    text_column: str = "text"
-    label_column: str = "label"
+    source: str = Field("synthetic", min_length=1)
+    text_column: str = Field("text", min_length=1)
+    label_column: str = Field("label", min_length=1)
     test_source: str | None = None
-    max_len: int = 256
-    vocab_size: int = 20000
-    min_freq: int = 2
-    val_fraction: float = 0.1
-    test_fraction: float = 0.1
+    max_len: int = Field(256, ge=1)
+    vocab_size: int = Field(20000, ge=3)
+    min_freq: int = Field(2, ge=1)
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     seed: int = 42
-    synthetic_size: int = 6000
+    synthetic_size: int = Field(6000, ge=4)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.source, Path):
-            self.source = str(self.source)
-        if isinstance(self.test_source, Path):
-            self.test_source = str(self.test_source)
-        if not isinstance(self.source, str) or not self.source.strip():
-            invalid_data_value("source", self.source, f"'synthetic', an aclImdb folder or a {_suffixes()} file")
+    @model_validator(mode="after")
+    def _check(self) -> ClassifyDataConfig:
         kind = source_kind(self.source)
         if kind is None:
-            invalid_data_value(
-                "source",
-                self.source,
-                f"'synthetic', an aclImdb folder or a file ending in {_suffixes()} "
-                f"(got suffix {Path(self.source).suffix!r})",
+            raise ValueError(
+                f"data.source={self.source!r} is invalid: give 'synthetic', an aclImdb folder or a file ending in "
+                f"{_suffixes()} (got suffix {Path(self.source).suffix!r})"
             )
         if self.test_source is not None:
-            if not isinstance(self.test_source, str) or Path(self.test_source).suffix.lower() not in (
-                SUPPORTED_TABLE_SUFFIXES
-            ):
-                invalid_data_value("test_source", self.test_source, f"None or a file ending in {_suffixes()}")
-            if kind != "table":
-                invalid_data_value(
-                    "test_source", self.test_source, f"None when source is {kind!r} (it has its own test split)"
+            if Path(self.test_source).suffix.lower() not in SUPPORTED_TABLE_SUFFIXES:
+                raise ValueError(
+                    f"data.test_source={self.test_source!r} is invalid: give a file ending in {_suffixes()}"
                 )
-        for name in ("text_column", "label_column"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                invalid_data_value(name, value, "a non-empty string")
-        for name, low in (("max_len", 1), ("vocab_size", 3), ("min_freq", 1), ("synthetic_size", 4)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                invalid_data_value(name, value, f"an int >= {low}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            invalid_data_value("seed", self.seed, "an int")
-        for name in ("val_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-                invalid_data_value(name, value, "a float in [0, 1)")
+            if kind != "table":
+                raise ValueError(
+                    f"data.test_source={self.test_source!r} is invalid: leave it out when source is {kind!r} "
+                    "(it has its own test split)"
+                )
         if self.val_fraction + self.test_fraction >= 1.0:
-            invalid_data_value(
-                "val_fraction",
-                self.val_fraction,
-                f"a value with val_fraction + test_fraction < 1 (test_fraction={self.test_fraction})",
+            raise ValueError(
+                f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
             )
+        return self
 
 
 def _suffixes() -> str:
@@ -667,7 +646,7 @@ class TextClassificationDataModule(SplitDataModule):
         """A module that reuses the tokenizer and label names saved by :meth:`artifacts`."""
         tokenizer, label_names, max_len = _parse_artifacts(artifacts)
         if max_len != cfg.max_len:
-            cfg = ClassifyDataConfig(**{**cfg.__dict__, "max_len": max_len})
+            cfg = cfg.model_copy(update={"max_len": max_len})
         return cls(cfg, batch_size, num_workers, tokenizer=tokenizer, label_names=label_names)
 
     # -------------------------------------------------------------- lightning hooks
@@ -732,7 +711,7 @@ class TextClassificationDataModule(SplitDataModule):
         tokenizer, label_names, max_len = _parse_artifacts(state_dict)
         changed = tokenizer != self._tokenizer or label_names != self._label_names or max_len != self.cfg.max_len
         if max_len != self.cfg.max_len:
-            self.cfg = ClassifyDataConfig(**{**self.cfg.__dict__, "max_len": max_len})
+            self.cfg = self.cfg.model_copy(update={"max_len": max_len})
         if self.splits is not None:
             self.splits = _remap_labels(self.splits, label_names)
         self._tokenizer, self._label_names = tokenizer, label_names

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from attnkit.config import StrictModel
 
 __all__ = ["EncoderConfig", "StrictModel"]
-
-
-class StrictModel(BaseModel):
-    """A pydantic model that rejects unknown keys and validates on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class EncoderConfig(StrictModel):

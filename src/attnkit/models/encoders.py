@@ -27,9 +27,14 @@ def _positional(kind: str, d_model: int, max_len: int) -> nn.Module | None:
 def _check_ids(ids: Tensor, vocab_size: int) -> None:
     if ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+    # One device-to-host read for both bounds; skipped while torch.compile traces the model (a value
+    # read there would split the compiled graph in two at every call).
+    if not ids.numel() or torch.compiler.is_compiling():
+        return
+    lo, hi = (int(v) for v in torch.stack(torch.aminmax(ids)).tolist())
+    if lo < 0 or hi >= vocab_size:
         raise ValueError(
-            f"token ids must lie in [0, {vocab_size}), got min {int(ids.min())} and max {int(ids.max())}; "
+            f"token ids must lie in [0, {vocab_size}), got min {lo} and max {hi}; "
             "the input was encoded with a different vocabulary, or vocab_size is too small"
         )
 

@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
-from attnkit.models.config import StrictModel
+from attnkit.config import StrictModel
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 

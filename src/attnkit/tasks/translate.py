@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor
 
+from attnkit.config import StrictModel
 from attnkit.data.pairs import PairsDataConfig, PairsDataModule, tokenizers_from_artifacts
 from attnkit.data.tokenizers import EOS_ID, Tokenizer
-from attnkit.models.config import EncoderConfig, StrictModel
+from attnkit.models.config import EncoderConfig
 from attnkit.models.seq2seq import Hypotheses, Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from attnkit.tasks.base import AttentionExample, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -14,29 +11,9 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from attnkit.errors import CheckpointError
+from attnkit.io import write_atomic, write_json_atomic
 
 __all__ = ["AtomicCheckpointIO", "CheckpointError", "load_checkpoint_file", "write_atomic", "write_json_atomic"]
-
-
-def write_atomic(path: str | Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename over ``path``: readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    def _write(tmp: str) -> None:
-        Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-    write_atomic(path, _write)
 
 
 def load_checkpoint_file(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from attnkit.models.config import StrictModel
+from attnkit.config import StrictModel
 
 __all__ = ["OptimConfig", "TrainerConfig"]
 

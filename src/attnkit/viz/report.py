@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 from matplotlib.figure import Figure
 
+from attnkit.io import write_text_atomic
+
 __all__ = ["ReportSection", "figure_data_uri", "render_report", "write_report"]
 
 REPORT_NAME = "report.html"
@@ -185,7 +187,5 @@ def write_report(
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     text = render_report(loaded, num_examples=num_examples, sections=sections)
     path = Path(out) if out is not None else Path(loaded.run_dir) / REPORT_NAME  # type: ignore[arg-type]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path

@@ -1,0 +1,38 @@
+"""Files written atomically: readers never see a half-written file (checkpoints, run metadata,
+caches, reports). Below every other layer: it imports nothing of attnkit."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_atomic", "write_json_atomic", "write_text_atomic"]
+
+
+def write_atomic(path: str | Path, write: Callable[[str], Any]) -> None:
+    """Call ``write(tmp_path)`` then rename ``tmp_path`` over ``path`` (the same folder, so the rename
+    is atomic); on any error the temporary file is removed and ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write ``data`` as indented, key-sorted JSON to ``path`` atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
