@@ -43,7 +43,8 @@ def tasks() -> None:
 @click.option(
     "--init",
     type=click.Path(),
-    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); = model.init=PATH.",
+    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
+    "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
 )
 @click.option("--data", "data_source", type=click.Path(), help="The data file or folder; = data.source=PATH.")
 @click.pass_context
@@ -398,16 +399,26 @@ def import_model(path: str, out: str) -> None:
 @main.command()
 @click.argument("run", type=click.Path())
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
-def export(run: str, out: str) -> None:
+@click.option("--merge", is_flag=True, help="A LoRA run: fold its adapters into the base weights (a plain model).")
+def export(run: str, out: str, merge: bool) -> None:
     """Write the model of RUN (a run folder or checkpoint file) to OUT as model.safetensors + attnkit.json
-    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
+    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly.
+    A LoRA run (model.lora) needs --merge: the base weights plus the adapters, loadable without peft."""
     try:
         from attnkit.interop import save_model
+        from attnkit.models.lora import is_lora, merge_lora
         from attnkit.tasks.runner import load_run
 
         loaded = load_run(run)
+        model = loaded.module.model
+        if is_lora(model):
+            if not merge:
+                raise ValueError(
+                    f"{run} is a LoRA run (adapters on a frozen base): add --merge to write the merged weights"
+                )
+            model = merge_lora(model)
         artifacts = loaded.hparams.get("artifacts") or None
-        save_model(loaded.module.model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+        save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
     except USER_ERRORS as err:
         _fail(err)
         return

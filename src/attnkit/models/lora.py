@@ -43,6 +43,7 @@ __all__ = [
     "apply_lora",
     "base_fingerprint",
     "base_state_dict",
+    "check_lora_init",
     "is_lora",
     "load_base_state_dict",
     "lora_state_keys",
@@ -81,6 +82,12 @@ class LoraConfig(StrictModel):
         if len(set(value)) != len(value):
             raise ValueError(f"targets lists a layer twice: {value}")
         return value
+
+
+def check_lora_init(lora: LoraConfig | None, init: str | None) -> None:
+    """LoRA adapts a pretrained model: a task's ``model.lora`` needs its ``model.init``."""
+    if lora is not None and not init:
+        raise ValueError("model.lora trains adapters on a pretrained base: set model.init=PATH (or --init PATH)")
 
 
 def lora_target_modules(model: nn.Module, targets: Iterable[str]) -> list[str]:

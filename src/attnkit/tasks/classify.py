@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule
@@ -14,6 +14,7 @@ from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
+from attnkit.models.lora import LoraConfig, check_lora_init, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
@@ -35,6 +36,16 @@ class ClassifyModelConfig(EncoderConfig):
         "folder. Its tokenizer and architecture replace data.vocab_size/min_freq and the model keys above "
         "(dropout and pooling still apply); a new classification head is trained on top",
     )
+    lora: LoraConfig | None = Field(
+        None,
+        description="train LoRA adapters on the frozen model.init encoder (and the new head) instead of every "
+        "weight (needs peft)",
+    )
+
+    @model_validator(mode="after")
+    def _check_lora(self) -> ClassifyModelConfig:
+        check_lora_init(self.lora, self.init)
+        return self
 
 
 class ClassifyConfig(TaskConfig):
@@ -45,6 +56,8 @@ class ClassifyConfig(TaskConfig):
 
 
 class ClassifyModule(TaskModule):
+    lora_train_modules = ("head",)  # the new head is trained in full with model.lora
+
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         ids, mask, labels = batch
         logits = self.model(ids, mask)
@@ -68,7 +81,7 @@ class ClassifyTask(Task):
         if cfg.model.init:
             return self._pretrained_spec(cfg, datamodule)
         model = ClassifierConfig(
-            **cfg.model.model_dump(exclude={"init"}),
+            **cfg.model.model_dump(exclude={"init", "lora"}),
             vocab_size=datamodule.vocab_size,
             num_classes=datamodule.num_classes,
             max_len=datamodule.max_len,
@@ -100,7 +113,8 @@ class ClassifyTask(Task):
     def init_weights(self, module: TaskModule, cfg: Any) -> None:
         """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
         if cfg.model.init:
-            module.model.bert.load_state_dict(load_encoder(cfg.model.init).state_dict())
+            encoder = load_encoder(cfg.model.init).state_dict()
+            load_base_state_dict(module.model.bert, encoder, source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         cfg = ClassifyConfig.model_validate(module.hparams["config"])

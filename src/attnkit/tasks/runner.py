@@ -24,6 +24,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 import attnkit
 from attnkit.config import ConfigError, validate_config
+from attnkit.models.lora import is_lora
 from attnkit.tasks.base import Task, TaskConfig
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
@@ -187,6 +188,8 @@ def _fit_in(
     )
     if ckpt_path is None:
         task.init_weights(module, cfg)  # e.g. pretrained weights; a resumed run has its own
+    elif is_lora(module.model):
+        load_lora_base(task, module, cfg, ckpt_path)
     if is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -269,11 +272,27 @@ def load_run(path: str | Path) -> LoadedRun:
     cfg = validate_config(task.config_cls, hparams["config"], source=f"config stored in {ckpt}")
     try:
         module = task.module_cls(**hparams)
+        if is_lora(module.model):
+            load_lora_base(task, module, cfg, ckpt)
+        module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
+    except CheckpointError:
+        raise
     except (RuntimeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{ckpt} does not fit the model it describes: {err}") from err
     module.eval()
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)  # type: ignore[arg-type]
+
+
+def load_lora_base(task: Task, module: TaskModule, cfg: TaskConfig, checkpoint: Path) -> None:
+    """Load the frozen base of a LoRA run into ``module`` (its checkpoints hold only the adapters)."""
+    try:
+        task.init_weights(module, cfg)
+    except (FileNotFoundError, ValueError, CheckpointError) as err:
+        init = getattr(getattr(cfg, "model", None), "init", None)
+        raise CheckpointError(
+            f"{checkpoint} holds LoRA adapters trained on the base model.init={init!r}, which cannot be loaded: {err}"
+        ) from err
 
 
 def evaluate(path: str | Path) -> dict[str, float]:

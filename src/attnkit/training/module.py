@@ -10,13 +10,19 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnkit.models import build_model
+from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lora
 from attnkit.training.config import OptimConfig
+from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
 
 __all__ = ["TaskModule"]
 
 
 class TaskModule(L.LightningModule):
+    # Modules of the model trained in full besides the adapters when the config has ``model.lora``
+    # (e.g. a new classification head).
+    lora_train_modules: tuple[str, ...] = ()
+
     """Wraps an attnkit model for training; subclasses define :meth:`step` for their task.
 
     Everything needed to rebuild the module is in its hyper-parameters (saved in every
@@ -36,6 +42,12 @@ class TaskModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(model["name"], model["config"])
+        lora = (config.get("model") or {}).get("lora")
+        if lora:  # adapters on a frozen base: the task's init_weights loads the base (model.init)
+            lora_cfg = LoraConfig.model_validate(lora)
+            extra = [m for m in self.lora_train_modules if m not in lora_cfg.train_modules]
+            apply_lora(self.model, lora_cfg.model_copy(update={"train_modules": [*lora_cfg.train_modules, *extra]}))
+        self._lora_base_sha = ""
         self.optim_config = OptimConfig.model_validate(config["optim"])
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -89,10 +101,25 @@ class TaskModule(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_acc)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA run's checkpoints keep only the trained tensors and a reference to the base
+        (see :mod:`attnkit.training.lora`)."""
+        if is_lora(self.model):
+            self._lora_base_sha = self._lora_base_sha or base_fingerprint(self.model)  # the base is frozen
+            init = (self.hparams["config"].get("model") or {}).get("init")
+            keep_trained_tensors(checkpoint, self.model, "model.", {"init": init, "sha256": self._lora_base_sha})
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA checkpoint: check that the base loaded in the model is the one it was trained on and
+        complete its state dict with the base's tensors."""
+        sha = restore_base_tensors(checkpoint, self.model, "model.", self.state_dict())
+        self._lora_base_sha = sha or self._lora_base_sha
+
     def configure_optimizers(self) -> Any:
         cfg = self.optim_config
         optimizer_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        optimizer = optimizer_cls(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        trainable = [p for p in self.parameters() if p.requires_grad]  # a LoRA run: the adapters only
+        optimizer = optimizer_cls(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
         max_iters = cfg.max_iters or int(self.trainer.estimated_stepping_batches)
         scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=max(max_iters, 1))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
