@@ -220,8 +220,8 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
         info = read_model_info(folder)
         if info["model"]["name"] != "lm" or info.get("task") != LanguageModelTask.name or not info.get("artifacts"):
             raise ConfigError(
-                f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm task "
-                "starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
+                f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm "
+                "task starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
             )
         return load_model(folder), info["artifacts"]  # type: ignore[return-value]
     if folder.is_dir() and (folder / "config.json").is_file():
