@@ -18,7 +18,7 @@ from attnkit.interop import load_model
 from attnkit.models import LanguageModel
 from attnkit.models.lora import base_fingerprint, base_state_dict, is_lora, trainable_share
 from attnkit.tasks.lm import generate_from_run
-from attnkit.tasks.runner import evaluate, load_run
+from attnkit.tasks import evaluate, load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
 COMMON = {

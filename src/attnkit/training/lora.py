@@ -5,7 +5,7 @@ Its checkpoints' ``state_dict`` keeps only the trainable tensors (the adapters, 
 in full such as a new classification head); ``checkpoint["lora_base"]`` records where the base came
 from (``init``: the ``model.init`` path) and the SHA-256 of its tensors
 (:func:`attnkit.models.lora.base_fingerprint`). Loading such a checkpoint (resuming, testing, or
-:func:`~attnkit.tasks.runner.load_run`) first loads the base into the module again (the task's
+:func:`~attnkit.training.runner.load_run`) first loads the base into the module again (the task's
 ``init_weights``), checks its fingerprint (a changed base is a clear error, never a silently
 different model) and then completes the state dict with the base's tensors, so that Lightning's
 strict loading applies unchanged.
