@@ -17,8 +17,8 @@ from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop import load_model
 from attnkit.models import LanguageModel
 from attnkit.models.lora import base_fingerprint, base_state_dict, is_lora, trainable_share
-from attnkit.tasks.lm import generate_from_run
 from attnkit.tasks import evaluate, load_run
+from attnkit.tasks.lm import generate_from_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
 COMMON = {
