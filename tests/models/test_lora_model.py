@@ -1,6 +1,6 @@
 """LoRA adapters on attnkit models (attnkit.models.lora, with peft).
 
-(Named test_lora_model.py: tests/training/test_lora.py exists and the test folders are not packages.)
+(Named test_lora_model.py: tests/training/test_lora.py exists and the test folders are not packages.)"""
 
 from __future__ import annotations
 
