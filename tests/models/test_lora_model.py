@@ -216,3 +216,17 @@ def test_wrong_uses_are_clear_errors() -> None:
     apply_lora(model, {"rank": 2})
     with pytest.raises(ValueError, match="already has LoRA adapters"):
         apply_lora(model, LoraConfig())
+
+
+def test_llama_style_decoder_merges_exactly() -> None:
+    """Grouped-query attention, rotary positions, RMSNorm and SwiGLU: the same targets and merge."""
+    model = tiny_lm(preset="llama", num_kv_heads=2)
+    assert model.config.positional == "rotary" and model.config.activation == "swiglu"
+    apply_lora(model, LoraConfig(rank=4, targets=["qkv", "out", "ffn"]))
+    train_steps(model, lm_loss(model))
+    ids = batch(5)
+    with torch.no_grad():
+        wrapped = model(ids)
+    merge_lora(model)
+    with torch.no_grad():
+        assert (model(ids) - wrapped).abs().max() <= 1e-5
