@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import QUIET_TRAINING
 from click.testing import CliRunner
 
 from attnkit.api import train
@@ -19,16 +20,7 @@ from attnkit.models.lora import base_fingerprint, base_state_dict, is_lora
 from attnkit.tasks import load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
-LORA_FINETUNE = {
-    "data.max_len": 32,
-    "trainer.max_epochs": 2,
-    "trainer.batch_size": 16,
-    "trainer.threads": 1,
-    "trainer.progress_bar": False,
-    "trainer.report": False,
-    "optim.lr": 5e-3,
-    "optim.warmup": 10,
-}
+LORA_FINETUNE = {"data.max_len": 32, "trainer.max_epochs": 2, **QUIET_TRAINING}
 
 
 @pytest.fixture(scope="module")

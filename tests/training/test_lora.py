@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import QUIET_TRAINING
 from click.testing import CliRunner
 
 from attnkit.api import build_config, train
@@ -21,16 +22,7 @@ from attnkit.tasks import evaluate, load_run
 from attnkit.tasks.lm import generate_from_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
-COMMON = {
-    "data.builtin_documents": 300,
-    "model.max_len": 32,
-    "trainer.batch_size": 16,
-    "trainer.threads": 1,
-    "trainer.progress_bar": False,
-    "trainer.report": False,
-    "optim.lr": 5e-3,
-    "optim.warmup": 10,
-}
+COMMON = {"data.builtin_documents": 300, "model.max_len": 32, **QUIET_TRAINING}
 BASE = {"model.d_model": 64, "model.num_layers": 2, "model.num_heads": 2, "model.dim_feedforward": 128}
 LORA = {"rank": 4, "alpha": 8, "targets": ["qkv", "out", "ffn"]}
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from torch import Tensor, nn
 
 from attnkit.models.config import StrictModel
@@ -40,10 +40,10 @@ from attnkit.nn import FeedForward, MultiHeadAttention
 __all__ = [
     "LORA_TARGETS",
     "LoraConfig",
+    "LoraFineTuning",
     "apply_lora",
     "base_fingerprint",
     "base_state_dict",
-    "check_lora_init",
     "is_lora",
     "load_base_state_dict",
     "lora_state_keys",
@@ -84,10 +84,18 @@ class LoraConfig(StrictModel):
         return value
 
 
-def check_lora_init(lora: LoraConfig | None, init: str | None) -> None:
-    """LoRA adapts a pretrained model: a task's ``model.lora`` needs its ``model.init``."""
-    if lora is not None and not init:
-        raise ValueError("model.lora trains adapters on a pretrained base: set model.init=PATH (or --init PATH)")
+class LoraFineTuning(StrictModel):
+    """A task's ``model.lora`` section, for model configs that also have ``init`` (the pretrained base)."""
+
+    lora: LoraConfig | None = Field(
+        None, description="train LoRA adapters on the frozen model.init instead of every weight (needs peft)"
+    )
+
+    @model_validator(mode="after")
+    def _check_lora_init(self) -> LoraFineTuning:
+        if self.lora is not None and not getattr(self, "init", None):
+            raise ValueError("model.lora trains adapters on a pretrained base: set model.init=PATH (or --init PATH)")
+        return self
 
 
 def lora_target_modules(model: nn.Module, targets: Iterable[str]) -> list[str]:

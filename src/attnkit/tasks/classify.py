@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor
 
 from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule
@@ -14,7 +14,7 @@ from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.models.lora import LoraConfig, check_lora_init, load_base_state_dict
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -22,7 +22,7 @@ from attnkit.training.module import ClassifierModule, TaskModule
 __all__ = ["ClassifyConfig", "ClassifyModule", "ClassifyTask"]
 
 
-class ClassifyModelConfig(EncoderConfig):
+class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 2
@@ -36,16 +36,6 @@ class ClassifyModelConfig(EncoderConfig):
         "folder. Its tokenizer and architecture replace data.vocab_size/min_freq and the model keys above "
         "(dropout and pooling still apply); a new classification head is trained on top",
     )
-    lora: LoraConfig | None = Field(
-        None,
-        description="train LoRA adapters on the frozen model.init encoder (and the new head) instead of every "
-        "weight (needs peft)",
-    )
-
-    @model_validator(mode="after")
-    def _check_lora(self) -> ClassifyModelConfig:
-        check_lora_init(self.lora, self.init)
-        return self
 
 
 class ClassifyConfig(TaskConfig):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor
 from torchmetrics import SumMetric
 
@@ -19,7 +19,7 @@ from attnkit.errors import ConfigError
 from attnkit.interop import load_model, read_model_info
 from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
-from attnkit.models.lora import LoraConfig, check_lora_init, load_base_state_dict, merge_lora
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-class LMModelConfig(LanguageModelArchitecture):
+class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
     """A small character-level GPT that learns the built-in corpus in a couple of minutes on a CPU
     (no dropout: a short run on a large corpus does not overfit, and dropout slows a CPU step ~1.5x)."""
 
@@ -51,14 +51,6 @@ class LMModelConfig(LanguageModelArchitecture):
         "`attnkit export` folder of one. Its tokenizer and architecture replace data.tokenizer/vocab_size and the "
         "model keys above (dropout still applies; max_len is the block length, at most the base's context)",
     )
-    lora: LoraConfig | None = Field(
-        None, description="train LoRA adapters on the frozen model.init instead of every weight (needs peft)"
-    )
-
-    @model_validator(mode="after")
-    def _check_lora(self) -> LMModelConfig:
-        check_lora_init(self.lora, self.init)
-        return self
 
 
 class LMConfig(TaskConfig):
