@@ -46,7 +46,8 @@ def tasks() -> None:
 @click.option(
     "--init",
     type=click.Path(),
-    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); = model.init=PATH.",
+    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
+    "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
 )
 @click.option("--data", "data_source", type=click.Path(), help="The data file or folder; = data.source=PATH.")
 @click.pass_context
@@ -528,7 +529,8 @@ def import_model(path: str, out: str) -> None:
     help="attnkit: model.safetensors + attnkit.json; hf: a Hugging Face folder (config.json, model.safetensors, "
     "tokenizer.json) that transformers loads.",
 )
-def export(run: str, out: str, fmt: str) -> None:
+@click.option("--merge", is_flag=True, help="A LoRA run: fold its adapters into the base weights (a plain model).")
+def export(run: str, out: str, fmt: str, merge: bool) -> None:
     """Write the model of RUN (a run folder or checkpoint file) to OUT as model.safetensors + attnkit.json
     (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly.
 
@@ -536,27 +538,41 @@ def export(run: str, out: str, fmt: str) -> None:
     `attnkit import`), written as a Hugging Face llama / mistral / qwen2 (rotary, RMSNorm, SwiGLU) or
     gpt2 (learned positions, LayerNorm) checkpoint.
 
+    A LoRA run (model.lora) needs --merge: the base weights plus the adapters, loadable without peft.
+
     \b
       attnkit export runs/lm/version_0 --out hf/my-lm --format hf
     """
     try:
         if fmt == "hf":
-            written, source = _export_hf(run, out)
+            written, source = _export_hf(run, out, merge)
             click.echo(f"{source} -> {out} ({written})")
             return
         from attnkit.interop import save_model
         from attnkit.tasks import load_run
 
         loaded = load_run(run)
+        model = _plain_model(loaded.module.model, run, merge)
         artifacts = loaded.hparams.get("artifacts") or None
-        save_model(loaded.module.model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+        save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
     except USER_ERRORS as err:
         _fail(err)
         return
     click.echo(f"{loaded.checkpoint} -> {out}")
 
 
-def _export_hf(run: str, out: str) -> tuple[str, str]:
+def _plain_model(model: Any, run: str, merge: bool) -> Any:
+    """The model to export: a LoRA model's adapters folded into its base weights (with --merge)."""
+    from attnkit.models.lora import is_lora, merge_lora
+
+    if not is_lora(model):
+        return model
+    if not merge:
+        raise ValueError(f"{run} is a LoRA run (adapters on a frozen base): add --merge to write the merged weights")
+    return merge_lora(model)
+
+
+def _export_hf(run: str, out: str, merge: bool = False) -> tuple[str, str]:
     """``export --format hf``: the model_type written and what was read."""
     from attnkit.data.lm import tokenizer_of
     from attnkit.interop import export_hf, load_pretrained
@@ -570,7 +586,7 @@ def _export_hf(run: str, out: str) -> tuple[str, str]:
     if loaded.task.name != "lm":
         raise ConfigError(f"{run} is a {loaded.task.name!r} run; only lm runs export as Hugging Face checkpoints")
     tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
-    return export_hf(loaded.module.model, out, tokenizer), str(loaded.checkpoint)
+    return export_hf(_plain_model(loaded.module.model, run, merge), out, tokenizer), str(loaded.checkpoint)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -29,7 +30,7 @@ from attnkit.training.module import ClassifierModule, TaskModule
 __all__ = ["ClassifyConfig", "ClassifyModule", "ClassifyTask"]
 
 
-class ClassifyModelConfig(EncoderConfig):
+class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 2
@@ -53,6 +54,8 @@ class ClassifyConfig(TaskConfig):
 
 
 class ClassifyModule(ClassifierModule):
+    lora_train_modules = ("head",)  # the new head is trained in full with model.lora
+
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         ids, mask, labels = batch
         logits = self.model(ids, mask)
@@ -78,7 +81,7 @@ class ClassifyTask(Task[ClassifyConfig]):
         if cfg.model.init:
             return self._pretrained_spec(cfg, datamodule)
         model = ClassifierConfig(
-            **cfg.model.model_dump(exclude={"init"}),
+            **cfg.model.model_dump(exclude={"init", "lora"}),
             vocab_size=datamodule.vocab_size,
             num_classes=datamodule.num_classes,
             max_len=datamodule.max_len,
@@ -110,7 +113,8 @@ class ClassifyTask(Task[ClassifyConfig]):
     def init_weights(self, module: TaskModule, cfg: ClassifyConfig) -> None:
         """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
         if cfg.model.init:
-            module.model.bert.load_state_dict(load_encoder(cfg.model.init).state_dict())
+            encoder = load_encoder(cfg.model.init).state_dict()
+            load_base_state_dict(module.model.bert, encoder, source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         cfg = ClassifyConfig.model_validate(module.hparams["config"])

@@ -9,13 +9,18 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor
 from torchmetrics import SumMetric
 
 from attnkit.data.base import numbered_inputs
 from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, pack_documents, tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
+from attnkit.errors import ConfigError
+from attnkit.interop import load_model, read_model_info
+from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -31,7 +36,7 @@ __all__ = [
 ]
 
 
-class LMModelConfig(LanguageModelArchitecture):
+class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
     """A small character-level GPT that learns the built-in corpus in a couple of minutes on a CPU
     (no dropout: a short run on a large corpus does not overfit, and dropout slows a CPU step ~1.5x)."""
 
@@ -41,6 +46,12 @@ class LMModelConfig(LanguageModelArchitecture):
     dim_feedforward: int = 512
     dropout: float = 0.0
     max_len: int = 64
+    init: str | None = Field(
+        None,
+        description="start from a trained language model: an attnkit lm run (folder or checkpoint) or an "
+        "`attnkit export` folder of one. Its tokenizer and architecture replace data.tokenizer/vocab_size and the "
+        "model keys above (dropout still applies; max_len is the block length, at most the base's context)",
+    )
 
 
 class LMConfig(TaskConfig):
@@ -120,13 +131,31 @@ class LanguageModelTask(Task[LMConfig]):
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
+        if cfg.model.init:  # the base model's tokenizer
+            return LanguageModelDataModule.from_artifacts(cfg.data, load_lm_base(cfg.model.init)[1], **kw)
         return LanguageModelDataModule(cfg.data, **kw)
 
     def model_spec(self, cfg: LMConfig, datamodule: Any) -> ModelSpec:
+        if cfg.model.init:
+            base = load_lm_base(cfg.model.init)[0].config
+            if cfg.model.max_len > base.max_len:
+                raise ConfigError(
+                    f"model.max_len={cfg.model.max_len} is longer than the context of model.init={cfg.model.init} "
+                    f"({base.max_len} positions); set model.max_len={base.max_len} or less"
+                )
+            model = base.model_copy(update={"dropout": cfg.model.dropout})
+            return ModelSpec("lm", model.model_dump(), num_classes=model.vocab_size)
+        arch = cfg.model.model_dump(exclude={"init", "lora"})
         model = LanguageModelConfig(
-            **cfg.model.model_dump(), vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
+            **arch, vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
         )
         return ModelSpec("lm", model.model_dump(), num_classes=datamodule.vocab_size)
+
+    def init_weights(self, module: TaskModule, cfg: LMConfig) -> None:
+        """With ``model.init``, the model starts from the base's weights (with ``model.lora``, they stay frozen)."""
+        if cfg.model.init:
+            model, _ = load_lm_base(cfg.model.init)
+            load_base_state_dict(module.model, model.state_dict(), source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input is a prompt; the output is the prompt and its greedy continuation (at most 200
@@ -210,6 +239,33 @@ class LanguageModelTask(Task[LMConfig]):
 def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
     text = tokenizer.decode([token_id], skip_special=False)
     return text.replace(" ", "\u2423").replace("\n", "\\n") or "\u2205"
+
+
+def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
+    """The language model at ``path`` (``model.init``) as a plain model (a LoRA run's adapters merged),
+    and the data artifacts of its run (its tokenizer): an attnkit ``lm`` run folder or checkpoint, or an
+    ``attnkit export`` folder of one."""
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"model.init: no lm run, checkpoint or model folder at {folder}")
+    if folder.is_dir() and (folder / INFO_FILE).is_file():
+        info = read_model_info(folder)
+        if info["model"]["name"] != "lm" or info.get("task") != LanguageModelTask.name or not info.get("artifacts"):
+            raise ConfigError(
+                f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm "
+                "task starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
+            )
+        return load_model(folder), info["artifacts"]  # type: ignore[return-value]
+    if folder.is_dir() and (folder / "config.json").is_file():
+        raise ConfigError(
+            f"model.init={folder} is a Hugging Face folder; the lm task trains with attnkit's own tokenizers, so it "
+            "starts from an attnkit lm run (or an `attnkit export` folder of one). Load Hugging Face decoders with "
+            "attnkit.interop.load_pretrained"
+        )
+    loaded = load_run(folder, LanguageModelTask())
+    model = merge_lora(loaded.module.model)
+    assert isinstance(model, LanguageModel)
+    return model, loaded.hparams["artifacts"]
 
 
 # ====================================================================== generation

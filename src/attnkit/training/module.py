@@ -11,7 +11,9 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnkit.models import build_model
+from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lora
 from attnkit.training.config import OptimConfig
+from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
 
 __all__ = ["ClassifierModule", "TaskModule"]
@@ -30,6 +32,9 @@ class TaskModule(L.LightningModule):
     # Also count correct predictions (``logits.argmax(-1) == target``) while training, logged as
     # ``train/acc_step`` / ``train/acc_epoch``: for modules whose outputs are class scores.
     train_accuracy: ClassVar[bool] = False
+    # Modules of the model trained in full besides the adapters when the config has ``model.lora``
+    # (e.g. a new classification head).
+    lora_train_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -43,6 +48,12 @@ class TaskModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(model["name"], model["config"])
+        lora = (config.get("model") or {}).get("lora")
+        if lora:  # adapters on a frozen base: the task's init_weights loads the base (model.init)
+            lora_cfg = LoraConfig.model_validate(lora)
+            extra = [m for m in self.lora_train_modules if m not in lora_cfg.train_modules]
+            apply_lora(self.model, lora_cfg.model_copy(update={"train_modules": [*lora_cfg.train_modules, *extra]}))
+        self._lora_base_sha = ""
         self.optim_config = OptimConfig.model_validate(config["optim"])
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
         # One copy of the metrics per stage: their states must not mix.
@@ -114,10 +125,25 @@ class TaskModule(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA run's checkpoints keep only the trained tensors and a reference to the base
+        (see :mod:`attnkit.training.lora`)."""
+        if is_lora(self.model):
+            self._lora_base_sha = self._lora_base_sha or base_fingerprint(self.model)  # the base is frozen
+            init = (self.hparams["config"].get("model") or {}).get("init")
+            keep_trained_tensors(checkpoint, self.model, "model.", {"init": init, "sha256": self._lora_base_sha})
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA checkpoint: check that the base loaded in the model is the one it was trained on and
+        complete its state dict with the base's tensors."""
+        sha = restore_base_tensors(checkpoint, self.model, "model.", self.state_dict())
+        self._lora_base_sha = sha or self._lora_base_sha
+
     def configure_optimizers(self) -> Any:
         cfg = self.optim_config
         optimizer_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        optimizer = optimizer_cls(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        trainable = [p for p in self.parameters() if p.requires_grad]  # a LoRA run: the adapters only
+        optimizer = optimizer_cls(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
         # Without optim.max_iters the period is the run's number of steps, set in on_train_start: asking
         # the trainer for it here (`estimated_stepping_batches`) would set up the training data before
         # a resumed run's checkpoint is restored, and the data loader would lose its position.

@@ -26,6 +26,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from attnkit.config import ConfigError, merge, validate_config
+from attnkit.models.lora import is_lora
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
@@ -229,6 +230,8 @@ def fit(
     if cfg.trainer.compile:
         # In place: the module's state_dict keys stay those of the plain model (no `_orig_mod.`).
         module.model.compile()
+    if ckpt_path is not None and is_lora(module.model):
+        load_lora_base(task, module, cfg, ckpt_path)  # but a LoRA run's checkpoints hold only its adapters
 
     folder = RunFolder(run_dir, cfg)
     ckpt_dir = run_dir / "checkpoints"
@@ -335,11 +338,27 @@ def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> Lo
     cfg = task.config(hparams["config"], source=f"config stored in {ckpt}")
     try:
         module = task.module_cls(**hparams)
+        if is_lora(module.model):
+            load_lora_base(task, module, cfg, ckpt)
+        module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
+    except CheckpointError:
+        raise
     except (RuntimeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{ckpt} does not fit the model it describes: {err}") from err
     module.eval()
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)
+
+
+def load_lora_base(task: Task[Any], module: TaskModule, cfg: Any, checkpoint: Path) -> None:
+    """Load the frozen base of a LoRA run into ``module`` (its checkpoints hold only the adapters)."""
+    try:
+        task.init_weights(module, cfg)
+    except (FileNotFoundError, ValueError, CheckpointError) as err:
+        init = getattr(getattr(cfg, "model", None), "init", None)
+        raise CheckpointError(
+            f"{checkpoint} holds LoRA adapters trained on the base model.init={init!r}, which cannot be loaded: {err}"
+        ) from err
 
 
 def evaluate(
