@@ -20,7 +20,7 @@ from attnkit.models.lora import base_fingerprint, base_state_dict, is_lora
 from attnkit.tasks import load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
-LORA_FINETUNE = {"data.max_len": 32, "trainer.max_epochs": 2, **QUIET_TRAINING}
+LORA_FINETUNE = {"data.max_len": 32, "trainer.max_epochs": 10, "optim.lr": 1e-2, "optim.warmup": 10, **QUIET_TRAINING}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_only_adapters_and_head_train(lora_run, bert_dir: Path) -> None:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert {"head.weight", "head.bias"} <= trainable
     assert all(n.startswith("head.") or ".lora_" in n for n in trainable)
-    assert lora_run.metrics["test/acc"] > 0.5  # learned something (chance 0.5)
+    assert lora_run.metrics["test/acc"] > 0.75, lora_run.metrics  # learned: 0.85 measured (chance 0.5)
 
     ckpt = load_checkpoint_file(lora_run.best_checkpoint)
     assert set(ckpt["state_dict"]) == {f"model.{n}" for n in trainable}
