@@ -221,8 +221,8 @@ def test_tokenizer_is_built_on_the_training_split_only(tmp_path: Path):
     dm = module(path, tokenizer="word", shared_vocab=False)
     src_tok, tgt_tok = dm.tokenizers
     assert src_tok is not tgt_tok
-    train_words = {w for s, _ in dm.splits.train for w in src_tok.split(s)}
-    held_out = {w for s, _ in dm.splits.val + dm.splits.test for w in src_tok.split(s)} - train_words
+    train_words = {w for s, _ in dm.splits.train for w in src_tok.pieces(s)}
+    held_out = {w for s, _ in dm.splits.val + dm.splits.test for w in src_tok.pieces(s)} - train_words
     assert held_out, "the split should hold out some word"
     for word in held_out:
         assert src_tok.encode(word.strip())[-1] == UNK_ID or word.strip() in train_words

@@ -16,7 +16,6 @@ from attnkit.data.text import (
     ClassifyDataConfig,
     TextClassificationDataModule,
     TextSplits,
-    WordTokenizer,
     collate_text_batch,
     generate_synthetic_corpus,
     load_imdb,
@@ -24,6 +23,7 @@ from attnkit.data.text import (
     load_table,
     stratified_split,
 )
+from attnkit.data.tokenizers import build_tokenizer, tokenizer_from_dict
 
 # ---------------------------------------------------------------------------------------- tokenizer
 
@@ -34,8 +34,15 @@ CORPUS = [
 ]
 
 
+def _text_tokenizer(texts=CORPUS, **kw):
+    return build_tokenizer("text", texts, **kw)
+
+
+PIECES = _text_tokenizer().pieces
+
+
 def test_tokenize_lowercases_splits_punctuation_and_strips_br() -> None:
-    assert WordTokenizer.tokenize("I didn't LIKE it.<br /><br />Really!<BR>ok<br/>") == [
+    assert PIECES("I didn't LIKE it.<br /><br />Really!<BR>ok<br/>") == [
         "i",
         "didn't",
         "like",
@@ -45,12 +52,12 @@ def test_tokenize_lowercases_splits_punctuation_and_strips_br() -> None:
         "!",
         "ok",
     ]
-    assert WordTokenizer.tokenize("don\u2019t") == ["don't"]
-    assert WordTokenizer.tokenize("   ") == []
+    assert PIECES("don\u2019t") == ["don't"]
+    assert PIECES("   ") == []
 
 
 def test_build_orders_by_frequency_then_alphabetically_and_applies_min_freq() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=2)
+    tok = _text_tokenizer(min_freq=2)
     # counts: the 3, awful 3, . 3, acting 2, movie 2, was 2, great 2, plot 2
     assert tok.vocab[:2] == [PAD, UNK]
     assert tok.vocab[2:] == [".", "awful", "the", "acting", "great", "movie", "plot", "was"]
@@ -60,19 +67,19 @@ def test_build_orders_by_frequency_then_alphabetically_and_applies_min_freq() ->
 
 
 def test_build_max_size_counts_specials_and_is_order_independent() -> None:
-    small = WordTokenizer.build(CORPUS, max_size=5, min_freq=1)
+    small = _text_tokenizer(vocab_size=5, min_freq=1)
     assert small.vocab == [PAD, UNK, ".", "awful", "the"]
-    assert WordTokenizer.build(list(reversed(CORPUS)), max_size=5, min_freq=1) == small
-    with pytest.raises(ValueError, match="max_size"):
-        WordTokenizer.build(CORPUS, max_size=1)
+    assert _text_tokenizer(list(reversed(CORPUS)), vocab_size=5, min_freq=1) == small
+    with pytest.raises(ValueError, match="vocab_size"):
+        _text_tokenizer(vocab_size=1)
     with pytest.raises(ValueError, match="min_freq"):
-        WordTokenizer.build(CORPUS, min_freq=0)
+        _text_tokenizer(min_freq=0)
     with pytest.raises(TypeError, match="single str"):
-        WordTokenizer.build("one text")
+        _text_tokenizer("one text")
 
 
 def test_encode_decode_unk_and_truncation() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=2)
+    tok = _text_tokenizer(min_freq=2)
     ids = tok.encode("The movie was GREAT.")
     assert ids == [tok.token_to_id(t) for t in ["the", "movie", "was", "great", "."]]
     assert tok.unk_id not in ids
@@ -88,17 +95,19 @@ def test_encode_decode_unk_and_truncation() -> None:
 
 
 def test_to_dict_from_dict_round_trip_through_json() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=1)
-    restored = WordTokenizer.from_dict(json.loads(json.dumps(tok.to_dict())))
+    tok = _text_tokenizer(min_freq=1)
+    restored = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
     assert restored == tok and restored.vocab == tok.vocab
     text = "I didn't like the awful plot, zebra!"
     assert restored.encode(text) == tok.encode(text)
+    old = {"format": "attnkit.word_tokenizer", "version": 1, "vocab": tok.vocab}  # attnkit 0.1's format
+    assert tokenizer_from_dict(old) == tok
     with pytest.raises(ValueError, match="must start with"):
-        WordTokenizer.from_dict({**tok.to_dict(), "vocab": ["a", "b"]})
+        tokenizer_from_dict({**old, "vocab": ["a", "b"]})
     with pytest.raises(ValueError, match="format"):
-        WordTokenizer.from_dict({"vocab": tok.vocab})
+        tokenizer_from_dict({"vocab": tok.vocab})
     with pytest.raises(ValueError, match="duplicate"):
-        WordTokenizer([PAD, UNK, "a", "a"])
+        tokenizer_from_dict({**old, "vocab": [PAD, UNK, "a", "a"]})
 
 
 # ---------------------------------------------------------------------------------------- aclImdb
@@ -263,7 +272,7 @@ def test_synthetic_label_is_a_function_of_the_text() -> None:
     for text, label in zip(texts, labels):
         votes = 0
         for sentence in text.replace("<br />", " ").split("."):
-            words = WordTokenizer.tokenize(sentence)
+            words = PIECES(sentence)
             adjs = [i for i, w in enumerate(words) if w in pos or w in neg]
             if not adjs:
                 continue

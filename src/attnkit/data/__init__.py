@@ -14,7 +14,6 @@ from attnkit.data.text import (
     ClassifyDataConfig,
     TextClassificationDataModule,
     TextSplits,
-    WordTokenizer,
     collate_text_batch,
     generate_synthetic_corpus,
     load_imdb,
@@ -23,6 +22,7 @@ from attnkit.data.text import (
     read_table,
     stratified_split,
 )
+from attnkit.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "PAD",
@@ -37,7 +37,8 @@ __all__ = [
     "SetAnomalyDataset",
     "TextClassificationDataModule",
     "TextSplits",
-    "WordTokenizer",
+    "Tokenizer",
+    "build_tokenizer",
     "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
@@ -47,4 +48,5 @@ __all__ = [
     "read_table",
     "reverse_sequences",
     "stratified_split",
+    "tokenizer_from_dict",
 ]

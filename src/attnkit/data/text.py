@@ -26,8 +26,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
+from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "PAD",
@@ -37,7 +36,6 @@ __all__ = [
     "EncodedTextDataset",
     "TextClassificationDataModule",
     "TextSplits",
-    "WordTokenizer",
     "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
@@ -47,7 +45,6 @@ __all__ = [
     "read_table",
     "source_kind",
     "stratified_split",
-    "text_tokenizer_from_dict",
 ]
 
 SUPPORTED_TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".tsv", ".jsonl")
@@ -612,7 +609,7 @@ class TextClassificationDataModule(SplitDataModule):
     The module's ``state_dict()`` is :meth:`artifacts`, so Lightning stores the vocabulary in
     checkpoints; ``load_state_dict`` restores it (re-encoding if already set up).
 
-    ``tokenizer`` may also be a pretrained model's :class:`PretrainedTokenizer` (fine-tuning a
+    ``tokenizer`` may also be a pretrained model's tokenizer (kind ``"pretrained"``, fine-tuning a
     pretrained encoder): its ids include the model's special tokens and it pads with its pad id.
     """
 
@@ -621,7 +618,7 @@ class TextClassificationDataModule(SplitDataModule):
         cfg: ClassifyDataConfig,
         batch_size: int = 32,
         num_workers: int = 0,
-        tokenizer: WordTokenizer | PretrainedTokenizer | None = None,
+        tokenizer: Tokenizer | None = None,
         label_names: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -672,8 +669,8 @@ class TextClassificationDataModule(SplitDataModule):
                         f"(label_names={splits.label_names!r})"
                     )
         if self._tokenizer is None:
-            self._tokenizer = WordTokenizer.build(
-                splits.train_texts, max_size=self.cfg.vocab_size, min_freq=self.cfg.min_freq
+            self._tokenizer = build_tokenizer(
+                "text", splits.train_texts, vocab_size=self.cfg.vocab_size, min_freq=self.cfg.min_freq
             )
         self._label_names = list(splits.label_names)
         self.splits = splits
@@ -720,7 +717,7 @@ class TextClassificationDataModule(SplitDataModule):
 
     # -------------------------------------------------------------- properties
     @property
-    def tokenizer(self) -> WordTokenizer | PretrainedTokenizer:
+    def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
             raise RuntimeError("TextClassificationDataModule: the tokenizer is built by setup(); call it first")
         return self._tokenizer
@@ -732,7 +729,7 @@ class TextClassificationDataModule(SplitDataModule):
     @property
     def pad_id(self) -> int:
         pad_id = self._tokenizer.pad_id if self._tokenizer is not None else None
-        return WordTokenizer.pad_id if pad_id is None else pad_id
+        return 0 if pad_id is None else pad_id  # <pad> of the "text" layout
 
     @property
     def max_len(self) -> int:
@@ -780,19 +777,12 @@ class TextClassificationDataModule(SplitDataModule):
         return out
 
 
-def text_tokenizer_from_dict(d: dict[str, Any]) -> WordTokenizer | PretrainedTokenizer:
-    """The classify tokenizer stored by ``to_dict()``: a :class:`WordTokenizer` or a :class:`PretrainedTokenizer`."""
-    if isinstance(d, dict) and d.get("format") == PretrainedTokenizer.FORMAT:
-        return PretrainedTokenizer.from_dict(d)
-    return WordTokenizer.from_dict(d)
-
-
-def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[WordTokenizer | PretrainedTokenizer, list[str], int]:
+def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[Tokenizer, list[str], int]:
     missing = [k for k in ("tokenizer", "label_names", "max_len") if k not in artifacts]
     if missing:
         raise ValueError(f"text data artifacts are missing {missing}; keys present: {sorted(artifacts)}")
     return (
-        text_tokenizer_from_dict(artifacts["tokenizer"]),
+        tokenizer_from_dict(artifacts["tokenizer"]),
         [str(n) for n in artifacts["label_names"]],
         int(artifacts["max_len"]),
     )
