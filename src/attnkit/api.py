@@ -11,7 +11,7 @@ from attnkit.tasks import get_task
 from attnkit.tasks.base import TaskConfig
 from attnkit.tasks.runner import TrainResult, fit, is_rank_zero, load_run
 
-__all__ = ["build_config", "load_run", "train"]
+__all__ = ["build_config", "load_run", "prepare", "train"]
 
 
 def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -88,3 +88,16 @@ def write_report_or_warn(run_dir: Path) -> None:
             f"Try again with: attnkit report {run_dir}",
             stacklevel=2,
         )
+
+
+def prepare(task: str, config: str | Path | dict[str, Any] | None = None, **overrides: Any) -> Path | None:
+    """Build the task's token cache ahead of training (e.g. on a login node), with the same config
+    as ``train``; returns the cache entry's folder (``None`` for tasks without a token cache)."""
+    cfg = build_config(task, config, _expand_dotted(overrides))
+    datamodule = get_task(task).build_datamodule(cfg)
+    if hasattr(datamodule, "progress"):
+        datamodule.progress = True
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    cache = getattr(datamodule, "cache", None)
+    return None if cache is None else Path(cache.folder)

@@ -114,3 +114,19 @@ def test_fast_encoder_gives_the_tokenizer_ids(kind: str):
 
 def test_default_cache_location_is_not_the_home_folder_in_tests():
     assert os.environ["ATTNKIT_CACHE"] and not Path(os.environ["ATTNKIT_CACHE"]).is_relative_to(Path.home() / ".cache")
+
+
+def test_prepare_command_builds_the_cache_that_train_then_uses(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from attnkit.cli import main
+
+    source, cache = _corpus(tmp_path / "data"), tmp_path / "cache"
+    args = ["prepare", "lm", "--data", str(source), f"data.cache_dir={cache}", "data.val_fraction=0.2"]
+    result = CliRunner().invoke(main, [*args, "data.test_fraction=0.2"])
+    assert result.exit_code == 0, result.output
+    folder = Path(result.output.strip().rpartition("token cache: ")[2])
+    assert TokenCache.open(folder) is not None and folder.parent == cache / "lm"
+    assert _module(source, cache).cache.folder == folder  # what training opens
+    bad = CliRunner().invoke(main, ["prepare", "lm", "--data", str(tmp_path / "missing.txt")])
+    assert bad.exit_code != 0 and "does not exist" in bad.output

@@ -113,7 +113,7 @@ class LanguageModelTask(Task):
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
-        return LanguageModelDataModule(cfg.data, **kw)
+        return LanguageModelDataModule(cfg.data, progress=cfg.trainer.progress_bar, **kw)
 
     def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
         model = LanguageModelConfig(
