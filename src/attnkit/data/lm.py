@@ -492,7 +492,9 @@ class LanguageModelDataModule(SplitDataModule):
         split_of = fraction_split(n, c.val_fraction, c.test_fraction, c.seed, minimum=1)
         tokenizer = self._tokenizer
         if tokenizer is None:
-            train = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
+            train: Iterator[str] = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
+            if c.tokenizer == "char":  # character counts add up: count 1 MB pieces, not document by document
+                train = _joined(train, 1 << 20)
             tokenizer = build_tokenizer(c.tokenizer, train, vocab_size=c.vocab_size, min_freq=c.min_freq)
         writer = CacheWriter(folder, SPLITS, token_dtype(tokenizer.vocab_size))
         texts = {s: (folder / f"{s}.text").open("wb") for s in SPLITS}
@@ -594,6 +596,20 @@ class LanguageModelDataModule(SplitDataModule):
                 "unk_rate": float(np.count_nonzero(tokens == UNK_ID)) / real if real else 0.0,
             }
         return out
+
+
+def _joined(texts: Iterator[str], size: int) -> Iterator[str]:
+    """``texts`` concatenated into pieces of about ``size`` characters."""
+    batch: list[str] = []
+    n = 0
+    for text in texts:
+        batch.append(text)
+        n += len(text)
+        if n >= size:
+            yield "".join(batch)
+            batch, n = [], 0
+    if batch:
+        yield "".join(batch)
 
 
 def _fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
