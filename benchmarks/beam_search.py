@@ -68,7 +68,7 @@ def train_default_model(steps: int, quick: bool, seed: int) -> tuple[Seq2SeqTran
     cfg = TranslateConfig.model_validate(overrides)
     dm = PairsDataModule(cfg.data, batch_size=cfg.trainer.batch_size)
     dm.setup()
-    _, model_cfg, _ = TranslateTask().model_spec(cfg, dm)
+    model_cfg = TranslateTask().model_spec(cfg, dm).config
     model = Seq2SeqTransformer(Seq2SeqConfig.model_validate(model_cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     sched = CosineWarmupScheduler(opt, warmup=min(cfg.optim.warmup, steps // 4), max_iters=max(steps, 1))
@@ -91,7 +91,7 @@ def train_default_model(steps: int, quick: bool, seed: int) -> tuple[Seq2SeqTran
 
 
 def load_trained(run: str) -> tuple[Seq2SeqTransformer, PairsDataModule, int]:
-    from attnkit.tasks.runner import load_run
+    from attnkit.tasks import load_run
 
     loaded = load_run(run)
     if loaded.task.name != "translate":

@@ -24,6 +24,16 @@ Decoders, each generating ``--new-tokens`` (256) tokens greedily after a random 
 * **H**  ``GPT2LMHeadModel.generate(do_sample=False)``: Hugging Face's own cached decoding loop
   (its default ``sdpa`` attention and dynamic cache).
 
+**Mixed-length batch** (``--mixed-batch``, 8 by default; 0 skips it): ``B`` prompts of lengths spread
+evenly over ``--mixed-min``..``--mixed-max`` (4..64) tokens, generated together:
+
+* **MA** ``LanguageModel.generate(list of prompts)``: left padding, per-row positions and masks, cache.
+* **MH** ``GPT2LMHeadModel.generate(left-padded ids, attention_mask=...)``.
+
+The new tokens of every row must be identical (the script exits with status 1 otherwise, before
+timing), and each row's tokens must equal attnkit generating that prompt alone. Timed over at least 6
+paired rounds; the goal is MA/MH >= 1.0x.
+
 Timing as in ``benchmarks/encoder_block.py``: ``torch.set_num_threads(--threads)`` (1 by default),
 one warm-up call of each (the parity check), then rounds in which A, R and H run once each, in an order rotated every
 round; throughput is ``B * new_tokens / median(time of one call)``. Ratios are paired: the median
@@ -143,6 +153,29 @@ def build_models(vocab: int, d_model: int, layers: int, heads: int, context: int
     return gpt2_to_attnkit(hf), hf
 
 
+def mixed_prompts(batch: int, low: int, high: int, vocab: int, seed: int) -> list[torch.Tensor]:
+    """``batch`` random prompts whose lengths are spread evenly over ``low..high``."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [round(low + (high - low) * i / max(batch - 1, 1)) for i in range(batch)]
+    return [torch.randint(vocab, (n,), generator=g) for n in lengths]
+
+
+def call_mixed(impl: str, ours: LanguageModel, hf: torch.nn.Module, prompts: list[torch.Tensor], new_tokens: int):
+    """The new tokens ``[B, new_tokens]`` of a mixed-length batch (MA: attnkit, MH: Hugging Face)."""
+    width = max(len(p) for p in prompts)
+    if impl == "MA":
+        return ours.generate(prompts, new_tokens, temperature=0.0, stop_at_eos=False)[:, width:]
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = p
+        mask[i, width - len(p) :] = 1
+    out = hf.generate(
+        ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    return out[:, width:]
+
+
 def check_parity(ours: LanguageModel, hf: torch.nn.Module, vocab: int, prompt: torch.Tensor, new_tokens: int):
     """Max |logit difference| on a random sequence, and whether greedy tokens are identical."""
     x = torch.randint(vocab, (2, 48), generator=torch.Generator().manual_seed(1))
@@ -242,6 +275,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--prompt", type=int, default=16, help="prompt length in tokens (default 16)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mixed-batch", type=int, default=8, help="mixed-length batch size (default 8; 0 = skip)")
+    p.add_argument("--mixed-min", type=int, default=4, help="shortest mixed prompt (default 4)")
+    p.add_argument("--mixed-max", type=int, default=64, help="longest mixed prompt (default 64)")
     return p.parse_args(argv)
 
 
@@ -324,6 +360,48 @@ def main(argv: list[str] | None = None) -> int:
                 "times_s": times,
             }
         )
+    mixed = None
+    if args.mixed_batch > 0:
+        low, high = (2, 8) if args.quick else (args.mixed_min, args.mixed_max)
+        if high + new_tokens > context:
+            raise SystemExit(f"longest mixed prompt + new tokens ({high + new_tokens}) exceed the context ({context})")
+        prompts = mixed_prompts(args.mixed_batch, low, high, vocab, args.seed + 1000)
+        with torch.inference_mode():
+            ma, mh = call_mixed("MA", ours, hf, prompts, new_tokens), call_mixed("MH", ours, hf, prompts, new_tokens)
+            alone = [call_mixed("MA", ours, hf, [p], new_tokens)[0] for p in prompts]
+        same_hf = torch.equal(ma, mh)
+        same_alone = all(torch.equal(ma[i], alone[i]) for i in range(len(prompts)))
+        if not (same_hf and same_alone):
+            rows_hf = [i for i in range(len(prompts)) if not torch.equal(ma[i], mh[i])]
+            rows_alone = [i for i in range(len(prompts)) if not torch.equal(ma[i], alone[i])]
+            print(
+                f"FAIL: mixed-length batch: rows {rows_hf} differ from HF, rows {rows_alone} from generating alone",
+                file=sys.stderr,
+            )
+            return 1
+        mixed_reps = max(reps, 1 if args.quick else 6)
+        print(f"... mixed batch: tokens identical, timing {mixed_reps} round(s)", file=sys.stderr, flush=True)
+
+        def mixed_step(impl: str) -> Callable[[], object]:
+            def run() -> object:
+                with torch.inference_mode():
+                    return call_mixed(impl, ours, hf, prompts, new_tokens)
+
+            return run
+
+        mtimes = time_interleaved({i: mixed_step(i) for i in ("MA", "MH")}, warmup=0, reps=mixed_reps)
+        mmed = {i: statistics.median(ts) for i, ts in mtimes.items()}
+        mixed = {
+            "batch": len(prompts),
+            "lengths": [len(p) for p in prompts],
+            "rounds": mixed_reps,
+            "median_s": mmed,
+            "tokens_per_s": {i: len(prompts) * new_tokens / mmed[i] for i in mmed},
+            "paired_ratio_MA/MH": statistics.median(th / ta for ta, th in zip(mtimes["MA"], mtimes["MH"])),
+            "tokens_identical_hf": same_hf,
+            "tokens_identical_alone": same_alone,
+            "times_s": mtimes,
+        }
     load_end = loadavg()
 
     print(f"## Greedy decoding throughput: new tokens/s (B * {new_tokens} / median time of one call)")
@@ -345,7 +423,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
 
+    if mixed is not None:
+        print(f"## Mixed-length batch: {mixed['batch']} prompts of {mixed['lengths']} tokens, {new_tokens} new each")
+        print()
+        print("| MA attnkit generate (list) | MH HF generate (left-padded) | MA/MH | rounds | tokens MA = MH = alone |")
+        print("|---:|---:|---:|---:|---|")
+        tps = mixed["tokens_per_s"]
+        print(f"| {tps['MA']:,.1f} | {tps['MH']:,.1f} | {mixed['paired_ratio_MA/MH']:.2f}x | {mixed['rounds']} | yes |")
+        print()
+
     goals = []
+    if mixed is not None:
+        goals.append(("mixed batch: attnkit / HF generate (MA/MH)", mixed["paired_ratio_MA/MH"], 1.0))
     for row in rows:
         b = row["batch"]
         goals.append((f"B={b}: cached / recompute (A/R)", row["paired_ratios"]["A/R"], 5.0))
@@ -387,11 +476,15 @@ def main(argv: list[str] | None = None) -> int:
                 "parity": parity,
             },
             "rows": rows,
+            "mixed": mixed,
             "goals": [{"name": n, "measured": m, "target": t, "passed": m >= t} for n, m, t in goals],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
         print(f"results written to {args.json}")
+    if not all(p["tokens_identical_hf"] for p in parity.values()):
+        print("FAIL: greedy tokens differ from HF's", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -12,12 +12,12 @@ The goal (from the project's issue): with the reverse task's default config, the
 trains at no less than 85% of the throughput of a plain PyTorch loop over the same model and data
 (``A >= 0.85 x B`` in sequences/s, i.e. at most 15% slower).
 
-* **A: attnkit / Lightning.** The real ``attnkit train`` code path: ``attnkit.tasks.runner.fit(task, cfg)``
+* **A: attnkit / Lightning.** The real ``attnkit train`` code path: ``attnkit.training.runner.fit(task, cfg)``
   with the config built by ``attnkit.api.build_config("reverse", overrides=...)`` (defaults, plus
   ``trainer.max_epochs``, ``trainer.threads``, ``output_dir`` in a temporary folder and ``data.train_size``
   when changed), so the same ``ReverseModule``, Trainer flags, callbacks (``ModelCheckpoint``,
   ``LearningRateMonitor``, ``StepCheckpoint`` every 200 steps), TensorBoard + CSV loggers, progress bar
-  and checkpoint I/O. The only change: ``attnkit.tasks.runner._trainer`` is wrapped for the duration of
+  and checkpoint I/O. The only change: ``attnkit.training.runner._trainer`` is wrapped for the duration of
   the run so that the Trainer gets one more callback, :class:`EpochTimer`, which records the time from
   ``on_train_epoch_start`` to ``on_train_epoch_end`` minus the validation loop inside the epoch
   (``on_validation_start`` .. ``on_validation_end``). Start-up, the sanity check, validation and the final
@@ -82,8 +82,8 @@ from lightning.pytorch.callbacks import Callback
 from attnkit.api import build_config
 from attnkit.models import PredictorConfig, TransformerPredictor
 from attnkit.tasks import get_task
-from attnkit.tasks import runner as attnkit_runner
 from attnkit.tasks.base import Task, TaskConfig
+from attnkit.training import runner as attnkit_runner
 from attnkit.training.schedule import CosineWarmupScheduler
 
 GOAL = 0.85  # A must reach at least this fraction of B's throughput (<= 15% slower)
@@ -115,7 +115,7 @@ class PlainLoop:
         torch.manual_seed(cfg.seed)  # as `L.seed_everything(cfg.seed)` in `fit`, before the module is built
         datamodule = task.build_datamodule(cfg)
         datamodule.setup("fit")
-        _, model_config, _ = task.model_spec(cfg, datamodule)
+        model_config = task.model_spec(cfg, datamodule).config
         self.model = TransformerPredictor(PredictorConfig(**model_config))
         self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.rng_state = torch.get_rng_state()  # B's own RNG stream (the data order)
@@ -228,7 +228,7 @@ class EpochTimer(Callback):
 
 @contextlib.contextmanager
 def extra_trainer_callbacks(*callbacks: Callback) -> Iterator[None]:
-    """While active, every Trainer that ``attnkit.tasks.runner`` builds gets ``callbacks`` appended."""
+    """While active, every Trainer that ``attnkit.training.runner`` builds gets ``callbacks`` appended."""
     original = attnkit_runner._trainer
 
     def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logger: Any) -> L.Trainer:

@@ -6,10 +6,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from attnkit.config import ConfigError, load_yaml, merge, validate_config
-from attnkit.tasks import get_task
+from attnkit.config import ConfigError, load_yaml, merge
+from attnkit.tasks import get_task, load_run
 from attnkit.tasks.base import TaskConfig
-from attnkit.tasks.runner import TrainResult, fit, is_rank_zero, load_run
+from attnkit.training.runner import TrainResult, fit
+from attnkit.viz.report import write_report
 
 __all__ = ["build_config", "load_run", "prepare", "train"]
 
@@ -44,9 +45,7 @@ def build_config(
     if overrides:
         data = merge(data, _expand_dotted(overrides))
     data = merge(spec.config_cls().model_dump(), data)
-    cfg = validate_config(spec.config_cls, data, source=source)
-    assert isinstance(cfg, TaskConfig)
-    return cfg
+    return spec.config(data, source=source)
 
 
 def train(
@@ -71,7 +70,7 @@ def train(
         config = merge(load_yaml(saved), config if isinstance(config, dict) else {})
     cfg = build_config(task, config, overrides)
     result = fit(get_task(task), cfg, resume=resume, callbacks=callbacks)
-    if cfg.trainer.report and is_rank_zero():
+    if cfg.trainer.report and result.is_global_zero:
         write_report_or_warn(result.run_dir)
     return result
 
@@ -79,8 +78,6 @@ def train(
 def write_report_or_warn(run_dir: Path) -> None:
     """``report.html`` in the run folder. A failure only warns: the trained run is kept either way."""
     try:
-        from attnkit.viz.report import write_report
-
         write_report(run_dir)
     except Exception as err:
         warnings.warn(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -81,7 +80,8 @@ def train(
     except USER_ERRORS as err:
         _fail(err)
         return
-    _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
+    if result.is_global_zero:  # one summary, from the first process of a multi-process run
+        _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -110,8 +110,6 @@ def prepare(ctx: click.Context, task: str, config_file: str | None, data_source:
 
 
 def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, best: Path | None) -> None:
-    if int(os.environ.get("LOCAL_RANK", 0)) != 0 or int(os.environ.get("NODE_RANK", 0)) != 0:
-        return  # one summary, from the first process of a multi-process run
     click.echo("")
     click.secho(f"{task}: finished in {wall:.1f} s", bold=True)
     for split in ("val", "test"):
@@ -127,7 +125,7 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
 @click.argument("run", type=click.Path())
 def test(run: str) -> None:
     """Evaluate RUN (a run folder or checkpoint file) on its task's test split."""
-    from attnkit.tasks.runner import evaluate
+    from attnkit.tasks import evaluate
 
     try:
         metrics = evaluate(run)
@@ -144,7 +142,7 @@ def test(run: str) -> None:
 @click.option("--file", "input_file", type=click.File("r"), help="Read one input per line ('-' for stdin).")
 def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) -> None:
     """Predict with RUN (a run folder or checkpoint file) on INPUTS (one prediction per line)."""
-    from attnkit.tasks.runner import load_run
+    from attnkit.tasks import load_run
 
     items = list(inputs)
     if input_file is not None:
@@ -162,39 +160,72 @@ def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) ->
 @main.command()
 @click.argument("run", type=click.Path())
 @click.option("--prompt", default="", help="Text to continue (default: empty, i.e. a new document).")
+@click.option("--file", "input_file", type=click.Path(dir_okay=False), help="Continue every line ('-': stdin).")
+@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="With --file: write the texts here.")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Prompts per batch.")
 @click.option("--max-new-tokens", default=200, show_default=True, type=click.IntRange(min=0), help="Tokens to add.")
 @click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random.")
 @click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only.")
 @click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P.")
+@click.option("--min-p", type=float, help="Drop tokens less likely than P times the most likely one.")
+@click.option(
+    "--repetition-penalty", default=1.0, show_default=True, type=float, help="> 1 discourages repeating tokens."
+)
+@click.option("--stop", multiple=True, help="Stop a text at this string (cut before it); repeatable.")
 @click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same text.")
-@click.option("--num-samples", default=1, show_default=True, type=click.IntRange(min=1), help="Texts to generate.")
+@click.option("--num-samples", default=1, show_default=True, type=click.IntRange(min=1), help="Texts per prompt.")
 def generate(
     run: str,
     prompt: str,
+    input_file: str | None,
+    output_file: str | None,
+    batch_size: int,
     max_new_tokens: int,
     temperature: float,
     top_k: int | None,
     top_p: float | None,
+    min_p: float | None,
+    repetition_penalty: float,
+    stop: tuple[str, ...],
     seed: int | None,
     num_samples: int,
 ) -> None:
     """Generate text with an lm RUN (a run folder or checkpoint file), printed as it comes.
 
+    With --file, every line is a prompt: the prompts are generated in batches and each text is
+    written on one line (its line breaks written as \\n), to --out or the standard output.
+
     \b
       attnkit generate runs/lm/20261122-101500 --prompt "The old owl" --seed 1
       attnkit generate RUN --temperature 0 --max-new-tokens 50     # greedy, from an empty prompt
+      attnkit generate RUN --file prompts.txt --out texts.txt --batch-size 16 --stop "."
     """
     from attnkit.tasks.lm import generate_from_run
+    from attnkit.tasks.translate import read_lines
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
         sys.stdout.flush()
 
+    options = dict(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, stop=list(stop), seed=seed, num_samples=num_samples,
+    )  # fmt: skip
     try:
-        generate_from_run(
-            run, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=seed, num_samples=num_samples, write=write,
-        )  # fmt: skip
+        if output_file is not None and input_file is None:
+            raise ValueError("--out goes with --file (a single --prompt is printed as it is generated)")
+        if input_file is None:
+            generate_from_run(run, prompt, write=write, **options)  # type: ignore[arg-type]
+            return
+        prompts = read_lines(input_file)
+        if not prompts:
+            raise ValueError(f"{input_file} has no lines: write one prompt per line")
+        texts = generate_from_run(run, prompts, batch_size=batch_size, **options)  # type: ignore[arg-type]
+        lines = "".join(text.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for text in texts)
+        if output_file is not None:
+            Path(output_file).write_text(lines, encoding="utf-8")
+        else:
+            click.echo(lines, nl=False)
     except USER_ERRORS as err:
         _fail(err)
 
@@ -430,7 +461,7 @@ def export(run: str, out: str) -> None:
     (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
     try:
         from attnkit.interop import save_model
-        from attnkit.tasks.runner import load_run
+        from attnkit.tasks import load_run
 
         loaded = load_run(run)
         artifacts = loaded.hparams.get("artifacts") or None

@@ -11,14 +11,13 @@ import torch
 import yaml
 from cli_helpers import run_cli
 
-import attnkit
 from attnkit.api import build_config
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import import_model, load_encoder, load_model, read_model_info
 from attnkit.models import BertClassifier
-from attnkit.tasks import get_task
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import get_task, load_run
+from attnkit.training.runner import build_module
 
 FINETUNE = [
     "data.max_len=32",
@@ -37,17 +36,7 @@ def _module(init: Path, csv: Path, **overrides: object):
     cfg = build_config("classify", overrides={"model.init": str(init), "data.source": str(csv), **overrides})
     dm = task.build_datamodule(cfg)
     dm.setup("fit")
-    name, model_config, num_classes = task.model_spec(cfg, dm)
-    module = task.module_cls(
-        task="classify",
-        config=cfg.model_dump(mode="json"),
-        model={"name": name, "config": model_config},
-        artifacts=dm.artifacts(),
-        num_classes=num_classes,
-        attnkit_version=attnkit.__version__,
-    )
-    task.init_weights(module, cfg)
-    return module, dm
+    return build_module(task, cfg, dm), dm
 
 
 @pytest.mark.parametrize("imported", [False, True])

@@ -147,7 +147,7 @@ def test_bad_inputs_give_clear_errors():
         (dict(positional="rotary", d_model=20, num_heads=4), "even head dimension"),
         (dict(num_heads=5), "must divide d_model"),
         (dict(positionnal="learned"), "Extra inputs are not permitted"),
-        (dict(positional="alibi"), "'learned', 'sinusoidal' or 'rotary'"),
+        (dict(positional="xpos"), "'learned', 'sinusoidal', 'rotary' or 'alibi'"),
     ],
 )
 def test_config_errors(kw, match):

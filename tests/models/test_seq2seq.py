@@ -167,7 +167,7 @@ def test_input_errors_are_clear():
         model(torch.tensor([[5, 25]]), torch.tensor([[BOS]]))
     with pytest.raises(ValueError, match="source token ids"):
         model.encode(torch.tensor([5, 6]))
-    with pytest.raises(ValueError, match="src_mask must be a bool tensor"):
+    with pytest.raises(ValueError, match="src_padding_mask must be a bool tensor"):
         model.encode(torch.tensor([[5, 6]]), torch.tensor([[1, 1]]))
     with pytest.raises(ValueError, match="max_len must be an int >= 1"):
         greedy_decode(model, torch.tensor([[5, 6]]), max_len=0)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+import torch
 from cli_helpers import run_cli
 from click.testing import CliRunner
 
@@ -15,8 +15,8 @@ import attnkit
 from attnkit.cli import main
 from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
 from attnkit.errors import CheckpointError
+from attnkit.tasks import load_run
 from attnkit.tasks.lm import LMConfig, generate_from_run, generate_text
-from attnkit.tasks.runner import load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
 TINY_LM = [
@@ -108,6 +108,35 @@ def test_cli_generate(lm_run: Path):
     assert bad.exit_code == 2 and "top_p must be None or a number in (0, 1]" in bad.stderr
 
 
+def test_cli_generate_file_batched_with_stop_strings(lm_run: Path, tmp_path: Path):
+    prompts = ["The old", "", "A", "Did the cat say that the dog"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n", encoding="utf-8")
+    args = ["--file", str(tmp_path / "prompts.txt"), "--temperature", "0", "--max-new-tokens", "25"]
+    out_file = tmp_path / "texts.txt"
+    result = cli("generate", str(lm_run), *args, "--batch-size", "3", "--out", str(out_file))
+    assert result.exit_code == 0, result.stderr
+    lines = out_file.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(prompts) and all(line.startswith(p) for line, p in zip(lines, prompts))
+    # each line equals generating its prompt alone (greedy), whatever the batch
+    alone = [generate_from_run(lm_run, p, max_new_tokens=25, temperature=0.0)[0] for p in prompts]
+    assert lines == [text.replace("\\", "\\\\").replace("\n", "\\n") for text in alone]
+    # stop strings cut each text before the first stop string of its continuation, streamed or batched
+    stop = alone[0][len("The old") :][3:5]
+    stopped = generate_from_run(lm_run, prompts, max_new_tokens=25, temperature=0.0, stop=[stop], batch_size=2)
+    for p, text, full in zip(prompts, stopped, alone):
+        rest = full[len(p) :]
+        assert text == p + (rest[: rest.index(stop)] if stop in rest else rest)
+    pieces: list[str] = []
+    streamed = generate_from_run(
+        lm_run, prompts[0], max_new_tokens=25, temperature=0.0, stop=[stop], write=pieces.append
+    )
+    assert streamed == stopped[:1] and "".join(pieces) == stopped[0] + "\n"
+    bad = cli("generate", str(lm_run), "--out", str(out_file))
+    assert bad.exit_code == 2 and "--out goes with --file" in bad.stderr
+    bad = cli("generate", str(lm_run), "--repetition-penalty", "0")
+    assert bad.exit_code == 2 and "repetition_penalty must be a number > 0" in bad.stderr
+
+
 def test_cli_predict_and_test(lm_run: Path):
     result = cli("predict", str(lm_run), "The cat", "Did")
     out = result.stdout.splitlines()
@@ -118,14 +147,13 @@ def test_cli_predict_and_test(lm_run: Path):
     assert float(line.split()[1]) == pytest.approx(metrics["test/bpc"], abs=1e-4)
 
 
-def test_generate_refuses_runs_of_other_tasks(lm_run: Path, monkeypatch: pytest.MonkeyPatch):
-    import attnkit.tasks.runner as runner
-    from attnkit.tasks import get_task
-
-    real = runner.load_run(lm_run)
-    monkeypatch.setattr(runner, "load_run", lambda path: dataclasses.replace(real, task=get_task("reverse")))
-    with pytest.raises(CheckpointError, match="needs a run of task 'lm'"):
-        generate_from_run(lm_run)
+def test_generate_refuses_runs_of_other_tasks(lm_run: Path, tmp_path: Path):
+    checkpoint = torch.load(lm_run / "checkpoints" / "best.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["task"] = "reverse"  # what a reverse run's checkpoint says
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
+    with pytest.raises(CheckpointError, match="is a run of task 'reverse'; this needs a run of task 'lm'"):
+        generate_from_run(other)
 
 
 def test_data_option_and_file_errors(tmp_path: Path):

@@ -14,7 +14,7 @@ import yaml
 from cli_helpers import TINY_REVERSE, run_cli
 
 import attnkit
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import load_run
 from attnkit.training.checkpoint import CheckpointError, load_checkpoint_file
 
 

@@ -9,7 +9,7 @@ import torch
 from cli_helpers import run_cli
 
 import attnkit
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import load_run
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False}
 

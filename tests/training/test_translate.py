@@ -16,7 +16,7 @@ from attnkit.config import ConfigError
 from attnkit.data.pairs import english_number, spanish_number
 from attnkit.data.tokenizers import tokenizer_from_dict
 from attnkit.errors import CheckpointError
-from attnkit.tasks.runner import load_run
+from attnkit.tasks import load_run
 from attnkit.tasks.translate import corpus_scores, read_lines, translate_run, translate_texts
 
 TINY = [

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from attnkit.errors import CheckpointError
 from attnkit.models import TransformerPredictor
+from attnkit.tasks import load_run
 from attnkit.tasks.base import Task
-from attnkit.tasks.runner import load_run
 from attnkit.viz import attention_examples, plot_attention_example, plot_run_attention
 
 

@@ -19,11 +19,11 @@ from safetensors.torch import load_model as _load_safetensors_model
 from safetensors.torch import save_model as _save_safetensors_model
 from torch import nn
 
-import attnkit
 from attnkit.config import validate_config
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import MODELS, build_model
+from attnkit.version import __version__
 
 __all__ = ["FORMAT", "INFO_FILE", "MODEL_FILE", "load_model", "model_name", "read_model_info", "save_model"]
 
@@ -55,7 +55,7 @@ def save_model(
     info: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
-        "attnkit_version": attnkit.__version__,
+        "attnkit_version": __version__,
         "model": {"name": model_name(model), "config": model.config.model_dump(mode="json")},  # type: ignore[union-attr]
     }
     for key, value in (("task", task), ("artifacts", artifacts), ("source", source)):

@@ -1,4 +1,5 @@
-"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling.
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus) and min-p sampling,
+repetition penalty; left-padding a batch of prompts of different lengths.
 
 Shared by every generating model (the decoder-only language model, the translator). Logits are
 ``[B, V]`` (the last position of each row); the result is one token id per row, ``[B]`` int64.
@@ -8,14 +9,39 @@ keep at least one token per row, so a row is never all ``-inf``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
-__all__ = ["check_sampling", "sample_next_token", "top_k_filter", "top_p_filter"]
+__all__ = [
+    "apply_repetition_penalty",
+    "check_sampling",
+    "left_pad",
+    "min_p_filter",
+    "sample_next_token",
+    "top_k_filter",
+    "top_p_filter",
+]
 
 
-def check_sampling(temperature: float, top_k: int | None = None, top_p: float | None = None) -> None:
-    """Raise a clear ``ValueError`` for a temperature < 0, a ``top_k`` < 1 or a ``top_p`` outside (0, 1]."""
+def check_sampling(
+    temperature: float,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+) -> None:
+    """Raise a clear ``ValueError`` for a temperature < 0, a ``top_k`` < 1, a ``top_p`` outside (0, 1],
+    a ``min_p`` outside [0, 1] or a ``repetition_penalty`` <= 0."""
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, int | float) or not 0.0 <= min_p <= 1.0):
+        raise ValueError(f"min_p must be None or a number in [0, 1], got {min_p!r}")
+    if (
+        isinstance(repetition_penalty, bool)
+        or not isinstance(repetition_penalty, int | float)
+        or not repetition_penalty > 0.0
+    ):
+        raise ValueError(f"repetition_penalty must be a number > 0 (1 = none), got {repetition_penalty!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0.0:
         raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
@@ -47,22 +73,60 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
+    """Min-p filter (as transformers' ``MinPLogitsWarper``): drop tokens whose probability is below
+    ``min_p`` times the row's top probability; the most likely token is always kept."""
+    if min_p <= 0.0:
+        return logits
+    probs = logits.softmax(dim=-1)
+    drop = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
+    """Penalise the tokens already in each row (transformers' ``RepetitionPenaltyLogitsProcessor``):
+    where ``seen [B, V]`` is True, positive logits are divided by ``penalty``, negative ones multiplied."""
+    if penalty == 1.0:
+        return logits
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def left_pad(sequences: Sequence[Sequence[int] | Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Left-pad token sequences of different lengths -> ``(ids [B, T], padding_mask [B, T])``,
+    ``T`` the longest length; the mask is True at real tokens."""
+    rows = [torch.as_tensor(s, dtype=torch.long).reshape(-1) for s in sequences]
+    if not rows:
+        raise ValueError("no sequences to pad: pass at least one prompt")
+    empty = [i for i, r in enumerate(rows) if r.numel() == 0]
+    if empty:
+        raise ValueError(f"prompt(s) {empty} are empty: start each prompt with bos_id")
+    length = max(r.numel() for r in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, length - r.numel() :] = r
+        mask[i, length - r.numel() :] = True
+    return ids, mask
+
+
 def sample_next_token(
     logits: Tensor,
     *,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """One token id per row from ``logits [B, V]`` -> ``[B]`` int64.
 
     ``temperature == 0`` is greedy (argmax; the lowest id among equal maxima) and ignores
-    ``top_k``/``top_p``. Otherwise the logits are divided by ``temperature``, filtered by ``top_k``
-    then ``top_p``, and a token is drawn from their softmax with ``generator`` (seed it for
-    reproducible samples).
+    ``top_k``/``top_p``/``min_p``. Otherwise the logits are divided by ``temperature``, filtered by
+    ``top_k``, ``top_p`` then ``min_p`` (transformers' order), and a token is drawn from their softmax
+    with ``generator`` (seed it for reproducible samples).
     """
-    check_sampling(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p, min_p)
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
     if temperature == 0.0:
@@ -72,5 +136,7 @@ def sample_next_token(
         scaled = top_k_filter(scaled, top_k)
     if top_p is not None:
         scaled = top_p_filter(scaled, top_p)
+    if min_p is not None:
+        scaled = min_p_filter(scaled, min_p)
     probs = scaled.softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -8,44 +8,186 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.models.config import EncoderConfig
+from attnkit.models.config import EncoderConfig, StrictModel
 from attnkit.models.encoders import _check_ids
-from attnkit.models.generation import check_sampling, sample_next_token
-from attnkit.nn import DecoderCache, LearnedPositionalEncoding, SinusoidalPositionalEncoding, TransformerDecoder
+from attnkit.models.generation import apply_repetition_penalty, check_sampling, left_pad, sample_next_token
+from attnkit.nn import (
+    DecoderCache,
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    TransformerDecoder,
+    positions_from_padding_mask,
+)
 
-__all__ = ["LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig"]
+__all__ = ["PRESETS", "LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
+
+
+class RopeScaling(StrictModel):
+    """Rotary context extension, as Hugging Face transformers' ``rope_scaling`` / ``rope_type``.
+
+    ``type``: ``"linear"`` (inverse frequencies divided by ``factor``), ``"dynamic"`` (NTK-aware: the
+    base grows with the sequence once it exceeds ``original_max_position_embeddings``) or ``"llama3"``
+    (Llama 3.1's per-wavelength blend of the two, with ``low_freq_factor`` / ``high_freq_factor``).
+    ``original_max_position_embeddings``: the pre-training context; ``None`` = 8192 for ``llama3``
+    (Llama 3.1's) and the model's ``max_len`` otherwise (transformers' ``max_position_embeddings``).
+    """
+
+    type: Literal["linear", "dynamic", "llama3"]
+    factor: float = Field(..., gt=0.0)
+    low_freq_factor: float = Field(1.0, gt=0.0)
+    high_freq_factor: float = Field(4.0, gt=0.0)
+    original_max_position_embeddings: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_factors(self) -> RopeScaling:
+        if self.type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ValueError(
+                f"llama3 rope_scaling needs high_freq_factor > low_freq_factor, "
+                f"got {self.high_freq_factor} and {self.low_freq_factor}"
+            )
+        return self
+
+    def rotary_kwargs(self, max_len: int) -> dict[str, object]:
+        """The ``rope_scaling`` mapping of :class:`attnkit.nn.TransformerDecoder`."""
+        original = self.original_max_position_embeddings
+        if original is None:
+            original = 8192 if self.type == "llama3" else max_len
+        return dict(
+            type=self.type,
+            factor=self.factor,
+            low_freq_factor=self.low_freq_factor,
+            high_freq_factor=self.high_freq_factor,
+            original_max_position_embeddings=original,
+        )
+
+
+_LLAMA: dict[str, Any] = dict(
+    norm="rmsnorm",
+    activation="swiglu",
+    positional="rotary",
+    bias=False,
+    qkv_bias=None,
+    tie_weights=False,
+    norm_first=True,
+    layer_norm_eps=1e-6,
+    sliding_window=None,
+)
+PRESETS: dict[str, dict[str, Any]] = {
+    "gpt2": dict(
+        norm="layernorm",
+        activation="gelu_tanh",
+        positional="learned",
+        bias=True,
+        qkv_bias=None,
+        tie_weights=True,
+        norm_first=True,
+        layer_norm_eps=1e-5,
+        sliding_window=None,
+    ),
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "sliding_window": 4096},
+    "qwen2": {**_LLAMA, "qkv_bias": True},
+}
+"""The family of each preset: the fields it sets (sizes are left to the config)."""
 
 
 class LanguageModelArchitecture(EncoderConfig):
     """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`);
-    tasks build their ``model`` config section on it and add the vocabulary from their data."""
+    tasks build their ``model`` config section on it and add the vocabulary from their data.
 
+    ``preset`` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``) sets the family's fields
+    (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) wherever they are
+    left at their defaults; fields given other values keep them. :meth:`from_preset` does the same
+    from Python.
+    """
+
+    preset: Literal["gpt2", "llama", "mistral", "qwen2"] | None = Field(
+        None, description="a model family's architecture: gpt2, llama, mistral or qwen2"
+    )
     d_model: int = 128
     num_heads: int = 4
     num_layers: int = 4
     dim_feedforward: int = 512
     dropout: float = 0.1
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "gelu"
+    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = Field(
+        "gelu", description="feed-forward: swiglu is LLaMA's gated MLP down(silu(gate(x)) * up(x))"
+    )
     norm_first: bool = Field(True, description="pre-norm (GPT-2) instead of the paper's post-norm")
-    positional: Literal["learned", "sinusoidal", "rotary"] = "learned"
+    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="LayerNorm or RMSNorm (eps: layer_norm_eps)")
+    positional: Literal["learned", "sinusoidal", "rotary", "alibi"] = "learned"
     max_len: int = Field(256, gt=0, description="the context: most positions the model attends over")
     tie_weights: bool = Field(True, description="lm_head shares its weight with token_embedding")
     bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
+    qkv_bias: bool | None = Field(None, description="biases in the q/k/v projections (None = follow bias)")
     layer_norm_eps: float = Field(1e-5, gt=0.0)
+    num_kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention): None = num_heads, 1 = multi-query"
+    )
+    rope_theta: float = Field(10000.0, gt=0.0, description="rotary base")
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = Field(
+        None, gt=0, description="each token attends to at most the last sliding_window tokens (itself included)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = data["preset"]
+        if name not in PRESETS:
+            return data  # the field's own validation names the choices
+        out = dict(data)
+        for key, value in PRESETS[name].items():
+            field = cls.model_fields[key]
+            if key not in out or out[key] == field.default:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Self:
+        """The ``name`` family's architecture (:data:`PRESETS`) with ``overrides`` (e.g. sizes) on top."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls.model_validate({**PRESETS[name], **overrides, "preset": name})
 
     @model_validator(mode="after")
-    def _check_rotary(self) -> LanguageModelArchitecture:
+    def _check_positions(self) -> LanguageModelArchitecture:
         head_dim = self.head_dim or self.d_model // self.num_heads
         if self.positional == "rotary" and head_dim % 2:
             raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+        if self.rope_scaling is not None and self.positional != "rotary":
+            raise ValueError(f"rope_scaling needs positional='rotary', got positional={self.positional!r}")
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            options = [h for h in range(1, self.num_heads + 1) if self.num_heads % h == 0]
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
+            )
         return self
+
+    def decoder_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`attnkit.nn.TransformerDecoder` (without cross-attention)."""
+        return dict(
+            **self.stack_kwargs(),
+            bias=self.bias,
+            layer_norm_eps=self.layer_norm_eps,
+            cross_attention=False,
+            norm=self.norm,
+            num_kv_heads=self.num_kv_heads,
+            qkv_bias=self.qkv_bias,
+            rotary=self.positional == "rotary",
+            rope_theta=self.rope_theta,
+            rope_scaling=None if self.rope_scaling is None else self.rope_scaling.rotary_kwargs(self.max_len),
+            alibi=self.positional == "alibi",
+            sliding_window=self.sliding_window,
+        )
 
 
 class LanguageModelConfig(LanguageModelArchitecture):
@@ -68,10 +210,17 @@ class LanguageModel(nn.Module):
     """GPT-style language model; attribute names follow nanoGPT/GPT-2 roles:
 
     ``token_embedding`` (``nn.Embedding``), ``positional`` (learned or sinusoidal positions added
-    to the embeddings; ``None`` for rotary, which acts inside attention), ``dropout`` (on the
+    to the embeddings; ``None`` for rotary and ALiBi, which act inside attention), ``dropout`` (on the
     embedding sum), ``decoder`` (:class:`TransformerDecoder`, ``cross_attention=False``; pre-norm
-    stacks end with a final LayerNorm), ``lm_head`` (``nn.Linear(d_model, vocab_size, bias=False)``,
-    its weight *is* ``token_embedding.weight`` when ``tie_weights``).
+    stacks end with a final norm, LayerNorm or RMSNorm as ``config.norm``), ``lm_head``
+    (``nn.Linear(d_model, vocab_size, bias=False)``, its weight *is* ``token_embedding.weight`` when
+    ``tie_weights``).
+
+    Checkpoint layout for importers (``decoder.layers.{i}.``): ``self_attn.in_proj`` (``q``, ``k``, ``v``
+    projection rows concatenated: ``[(H + 2 Hkv) * head_dim, d_model]``), ``self_attn.out_proj``,
+    ``norm1`` (before attention), ``norm3`` (before the feed-forward), ``ff.linear1`` (with
+    ``activation="swiglu"`` the rows of ``gate_proj`` then ``up_proj``), ``ff.linear2`` (``down_proj``);
+    ``decoder.norm`` is the final norm.
 
     Initialisation: token (and learned position) embeddings ``N(0, 0.02)`` as GPT-2, so that with
     tied weights the initial logits are small and the first predictions near uniform (loss about
@@ -79,7 +228,8 @@ class LanguageModel(nn.Module):
     attention projections, PyTorch's Linear init).
 
     Masks are True = may attend: ``key_padding_mask [B, T]`` (``[B, past + T]`` with a cache) is
-    True at real tokens.
+    True at real tokens. With a ``key_padding_mask`` each token's position is the number of real
+    tokens before it in its row, so a left-padded row computes what the row alone would.
     """
 
     def __init__(self, config: LanguageModelConfig) -> None:
@@ -96,13 +246,7 @@ class LanguageModel(nn.Module):
         else:
             self.positional = None
         self.dropout = nn.Dropout(c.dropout)
-        self.decoder = TransformerDecoder(
-            **c.stack_kwargs(),  # type: ignore[arg-type]
-            bias=c.bias,
-            layer_norm_eps=c.layer_norm_eps,
-            cross_attention=False,
-            rotary=c.positional == "rotary",
-        )
+        self.decoder = TransformerDecoder(**c.decoder_kwargs())
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
@@ -128,18 +272,25 @@ class LanguageModel(nn.Module):
                 f"context is max_len={self.config.max_len}; pass at most the last {self.config.max_len} tokens "
                 "(generate() slides this window itself)"
             )
+        positions = None
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (ids.shape[0], end):
+                raise ValueError(
+                    f"key_padding_mask must be a boolean [B, past + T]=[{ids.shape[0]}, {end}] tensor (True = real "
+                    f"token), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+                )
+            positions = positions_from_padding_mask(key_padding_mask)[:, offset:]
         h = self.token_embedding(ids)
         if self.positional is not None:
-            h = self.positional(h, offset)
+            h = self.positional(h, offset, positions)
         h = self.dropout(h)
-        # One new position after cached ones may attend to all of them: causal without a mask.
-        causal = not (cache is not None and ids.shape[1] == 1 and key_padding_mask is None)
+        kwargs: dict[str, Any] = dict(
+            tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions
+        )
         if need_weights:
-            h, maps, _ = self.decoder.forward_with_attention(
-                h, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache
-            )
+            h, maps, _ = self.decoder.forward_with_attention(h, **kwargs)
             return h, maps
-        return self.decoder(h, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=causal, cache=cache), []
+        return self.decoder(h, **kwargs), []
 
     def forward(
         self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None
@@ -169,104 +320,182 @@ class LanguageModel(nn.Module):
     @torch.no_grad()
     def generate(
         self,
-        prompt_ids: Tensor,
+        prompt_ids: Tensor | Sequence[Sequence[int] | Tensor],
         max_new_tokens: int,
         *,
+        padding_mask: Tensor | None = None,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float = 1.0,
         generator: torch.Generator | None = None,
         use_cache: bool = True,
         stop_at_eos: bool = True,
+        stop_strings: Sequence[str] | None = None,
+        decode: Callable[[list[int]], str] | None = None,
         on_token: Callable[[Tensor], None] | None = None,
     ) -> Tensor:
-        """Continue ``prompt_ids [B, T]`` by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
+        """Continue a batch of prompts by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
 
         Args:
-            prompt_ids: ``[B, T]`` with ``T >= 1`` (start from ``[[bos_id]]`` for no prompt); the
-                rows of a batch share their length (e.g. several samples of one prompt).
+            prompt_ids: ``[B, T]`` token ids, left-padded when ``padding_mask`` is given; or a list of
+                prompts (token-id lists / 1-D tensors) of any lengths, left-padded here. Each prompt has
+                at least one token (start from ``[bos_id]`` for no prompt).
+            padding_mask: ``[B, T]``, True = real token, False = padding (all padding on the left).
+                Each row is generated as if alone: its positions count its own tokens only.
             temperature: 0 = greedy; otherwise sampling (see :func:`sample_next_token`).
-            top_k, top_p: sampling filters.
+            top_k, top_p, min_p: sampling filters.
+            repetition_penalty: transformers' semantics: the logits of tokens already in the row
+                (prompt or generated, padding excluded) are divided by it when positive, multiplied
+                when negative (``1`` = off; ``> 1`` discourages repeats). Applies to greedy too.
             generator: a seeded ``torch.Generator`` makes sampling reproducible.
             use_cache: decode one position per step with the key/value cache; ``False``
                 recomputes the whole context every step (same tokens, slower).
-            stop_at_eos: a row that produced ``eos_id`` gets ``pad_id`` afterwards; generation
-                stops when every row has (so ``n`` may be less than ``max_new_tokens``).
+            stop_at_eos: a row that produced ``eos_id`` gets ``pad_id`` afterwards.
+            stop_strings: a row stops (``pad_id`` afterwards) once the text of its new tokens,
+                ``decode(token ids)``, contains one of them (the text is trimmed by the caller, e.g.
+                :func:`attnkit.tasks.lm.generate_text`). Needs ``decode``.
             on_token: called after every step with the new tokens ``[B]`` (for streaming).
 
+        Generation stops when every row has stopped (so ``n`` may be less than ``max_new_tokens``).
+        The result is the (left-padded) prompts followed by the new tokens.
+
         The context is ``max_len`` tokens. A longer prompt, or generation past the context,
-        slides a window: each next token is predicted from the last ``max_len`` tokens,
+        slides a window: each next token is predicted from the last ``max_len`` columns,
         re-encoded from position 0 (as nanoGPT crops its input). With the cache, decoding is
         incremental while the text fits the context, then recomputes the window every step.
 
         The model is in eval mode during generation (dropout off) and its mode restored after.
         """
         c = self.config
-        check_sampling(temperature, top_k, top_p)
+        check_sampling(temperature, top_k, top_p, min_p, repetition_penalty)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if stop_strings is not None:
+            if isinstance(stop_strings, str) or not all(isinstance(x, str) and x for x in stop_strings):
+                raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
+            if decode is None:
+                raise ValueError("stop_strings need `decode` (token ids -> text), e.g. tokenizer.decode")
+        device = self.token_embedding.weight.device
+        if not isinstance(prompt_ids, Tensor):
+            if padding_mask is not None:
+                raise ValueError("padding_mask goes with a [B, T] tensor of prompt_ids, not with a list of prompts")
+            prompt_ids, padding_mask = left_pad(prompt_ids, c.pad_id)
         if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
             raise ValueError(
                 f"prompt_ids must be [batch, seq] with seq >= 1 (use [[bos_id]] for no prompt), "
                 f"got shape {tuple(prompt_ids.shape)}"
             )
         _check_ids(prompt_ids, c.vocab_size)
+        if padding_mask is not None:
+            _check_left_padding(padding_mask, prompt_ids.shape)
+            padding_mask = padding_mask.to(device)
+            if bool(padding_mask.all()):
+                padding_mask = None  # no padding: the plain (offset) positions are the same
         was_training = self.training
         self.eval()
         try:
             return self._generate(
-                prompt_ids.long(),
+                prompt_ids.long().to(device),
+                padding_mask,
                 max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                generator,
+                dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator),
+                repetition_penalty,
                 use_cache,
                 stop_at_eos,
+                (list(stop_strings), decode) if stop_strings else None,
                 on_token,
             )
         finally:
             self.train(was_training)
 
-    def _last_logits(self, ids: Tensor, cache: DecoderCache | None) -> Tensor:
+    def _last_logits(self, ids: Tensor, padding_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
         """Logits ``[B, V]`` of the last position only (the head is not applied to the others)."""
-        h, _ = self._hidden(ids, None, cache, need_weights=False)
+        h, _ = self._hidden(ids, padding_mask, cache, need_weights=False)
         return self.lm_head(h[:, -1])
 
     def _generate(
         self,
-        out: Tensor,
+        prompt: Tensor,
+        padding_mask: Tensor | None,
         max_new_tokens: int,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        generator: torch.Generator | None,
+        sampling: dict[str, Any],
+        repetition_penalty: float,
         use_cache: bool,
         stop_at_eos: bool,
+        stop: tuple[list[str], Callable[[list[int]], str]] | None,
         on_token: Callable[[Tensor], None] | None,
     ) -> Tensor:
         c = self.config
         if max_new_tokens == 0:
-            return out
+            return prompt
+        batch, prompt_len = prompt.shape
         context = c.max_len
+        # One buffer for the prompt and every new token (and one for the mask): no concatenation per step.
+        out = prompt.new_full((batch, prompt_len + max_new_tokens), c.pad_id)
+        out[:, :prompt_len] = prompt
+        mask = None
+        if padding_mask is not None:
+            mask = padding_mask.new_ones((batch, prompt_len + max_new_tokens))
+            mask[:, :prompt_len] = padding_mask
+        seen = None
+        if repetition_penalty != 1.0:
+            seen = torch.zeros(batch, c.vocab_size, dtype=torch.bool, device=prompt.device)
+            real = torch.ones_like(prompt, dtype=torch.bool) if padding_mask is None else padding_mask
+            seen.scatter_(1, prompt.masked_fill(~real, 0), real)  # padding writes False at id 0: a no-op
+            seen[:, 0] |= (prompt == 0).logical_and(real).any(dim=1)
         cache = self.new_cache() if use_cache else None
-        logits = self._last_logits(out[:, -context:], cache)
-        finished = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        pieces = [out]
+        start = max(0, prompt_len - context)
+        logits = self._last_logits(prompt[:, start:], None if mask is None else mask[:, start:prompt_len], cache)
+        stopping = stop_at_eos or stop is not None
+        finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
+        end = prompt_len
         for step in range(max_new_tokens):
-            token = sample_next_token(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-            if stop_at_eos:
+            if seen is not None:
+                logits = apply_repetition_penalty(logits, seen, repetition_penalty)
+            token = sample_next_token(logits, **sampling)
+            if stopping:
                 token = token.masked_fill(finished, c.pad_id)
-                finished |= token == c.eos_id
-            pieces.append(token[:, None])
+                if stop_at_eos:
+                    finished |= token == c.eos_id
+            out[:, end] = token
+            end += 1
+            if seen is not None:
+                seen.scatter_(1, token[:, None], True)
+            if stop is not None:
+                _check_stop_strings(out[:, prompt_len:end], finished, *stop)
             if on_token is not None:
                 on_token(token)
-            if step == max_new_tokens - 1 or (stop_at_eos and bool(finished.all())):
+            if step == max_new_tokens - 1 or (stopping and bool(finished.all())):
                 break
+            window_mask = None if mask is None else mask[:, max(0, end - context) : end]
             if cache is not None and cache.length < context:
-                logits = self._last_logits(token[:, None], cache)
+                logits = self._last_logits(out[:, end - 1 : end], window_mask, cache)
             else:  # past the context (or no cache): re-encode the last `context` tokens
                 cache = None
-                window = torch.cat(pieces, dim=1)[:, -context:]
-                logits = self._last_logits(window, None)
-        return torch.cat(pieces, dim=1)
+                logits = self._last_logits(out[:, max(0, end - context) : end], window_mask, None)
+        return out[:, :end]
+
+
+def _check_left_padding(padding_mask: Tensor, shape: torch.Size) -> None:
+    if padding_mask.dtype != torch.bool or padding_mask.shape != shape:
+        raise ValueError(
+            f"padding_mask must be a boolean tensor of the prompts' shape {tuple(shape)} (True = real token), "
+            f"got {padding_mask.dtype} {tuple(padding_mask.shape)}"
+        )
+    if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
+        raise ValueError(
+            "prompts must be left-padded (padding first, then the tokens, and at least one token per row); "
+            "pass a list of prompts to generate() to have them padded"
+        )
+
+
+def _check_stop_strings(
+    new_tokens: Tensor, finished: Tensor, stop_strings: list[str], decode: Callable[[list[int]], str]
+) -> None:
+    """Mark as finished the rows whose new text contains a stop string."""
+    for row in (~finished).nonzero().flatten().tolist():
+        text = decode(new_tokens[row].tolist())
+        if any(s in text for s in stop_strings):
+            finished[row] = True

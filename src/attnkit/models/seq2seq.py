@@ -160,59 +160,71 @@ class Seq2SeqTransformer(nn.Module):
         )  # fmt: skip
         return self.dropout(pos(emb(ids) * self.embed_scale, offset))
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         """``src [B, Ts]`` -> encoder output (the memory) ``[B, Ts, D]``.
 
-        ``src_mask [B, Ts]``: True at real tokens (default: ``src != pad_id``).
+        ``src_padding_mask [B, Ts]``: True at real tokens (default: ``src != pad_id``).
         """
-        src_mask = self._token_mask(src, src_mask, "src_mask")
-        return self.encoder(self._embed(src, "source"), key_padding_mask=src_mask)
+        src_padding_mask = self._token_mask(src, src_padding_mask, "src_padding_mask")
+        return self.encoder(self._embed(src, "source"), key_padding_mask=src_padding_mask)
 
     def decode(
         self,
         tgt_in: Tensor,
         memory: Tensor,
-        src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """Teacher-forced decoder: ``tgt_in [B, Tt]`` (``BOS y[:-1]``) -> logits ``[B, Tt, V]``.
 
-        ``src_mask [B, Ts]`` (True = real source token) is required when the source had padding;
-        ``tgt_mask [B, Tt]`` (True = real token; default ``tgt_in != pad_id``) is combined with the
+        ``src_padding_mask [B, Ts]`` (True = real source token) is required when the source had padding;
+        ``tgt_padding_mask [B, Tt]`` (True = real token; default ``tgt_in != pad_id``) is combined with the
         causal mask.
         """
-        tgt_mask = self._token_mask(tgt_in, tgt_mask, "tgt_mask")
+        tgt_padding_mask = self._token_mask(tgt_in, tgt_padding_mask, "tgt_padding_mask")
         h = self.decoder(
-            self._embed(tgt_in, "target"), memory, tgt_key_padding_mask=tgt_mask, memory_key_padding_mask=src_mask
+            self._embed(tgt_in, "target"),
+            memory,
+            tgt_key_padding_mask=tgt_padding_mask,
+            memory_key_padding_mask=src_padding_mask,
         )
         return self.output(h)
 
-    def decode_step(self, tokens: Tensor, memory: Tensor, src_mask: Tensor | None, cache: DecoderCache) -> Tensor:
+    def decode_step(
+        self, tokens: Tensor, memory: Tensor, src_padding_mask: Tensor | None, cache: DecoderCache
+    ) -> Tensor:
         """Incremental decoding: the next-token logits ``[B, V]`` after ``tokens`` (``[B]`` or ``[B, n]``).
 
         ``cache`` (from :meth:`new_cache`) holds the keys/values of the earlier target positions;
         the cross-attention keys/values of ``memory`` are computed on the first call and reused.
-        ``src_mask [B, Ts]``: True at real source tokens.
+        ``src_padding_mask [B, Ts]``: True at real source tokens.
         """
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(1)
         x = self._embed(tokens, "target", offset=cache.length)
-        # One new position may attend to every cached one: no causal mask needed (and the fused kernel runs).
-        h = self.decoder(x, memory, memory_key_padding_mask=src_mask, tgt_is_causal=tokens.shape[1] > 1, cache=cache)
+        h = self.decoder(x, memory, memory_key_padding_mask=src_padding_mask, tgt_is_causal=True, cache=cache)
         return self.output(h[:, -1])
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """``src [B, Ts]``, ``tgt_in [B, Tt]`` -> logits ``[B, Tt, tgt_vocab_size]``.
 
         Masks are ``[B, T]``, True at real tokens; by default everything but ``pad_id``.
         """
-        src_mask = self._token_mask(src, src_mask, "src_mask")
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+        src_padding_mask = self._token_mask(src, src_padding_mask, "src_padding_mask")
+        return self.decode(tgt_in, self.encode(src, src_padding_mask), src_padding_mask, tgt_padding_mask)
 
     def forward_with_attention(
-        self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, list[Tensor]]]:
         """Logits and the attention weights of the same pass: ``{"encoder": [B, H, Ts, Ts],
         "decoder": [B, H, Tt, Tt], "cross": [B, H, Tt, Ts]}``, one tensor per layer.
@@ -220,20 +232,29 @@ class Seq2SeqTransformer(nn.Module):
         The cross-attention maps show which source tokens each target position looked at (the
         alignment picture).
         """
-        src_mask = self._token_mask(src, src_mask, "src_mask")
-        tgt_mask = self._token_mask(tgt_in, tgt_mask, "tgt_mask")
-        memory, enc_maps = self.encoder.forward_with_attention(self._embed(src, "source"), key_padding_mask=src_mask)
+        src_padding_mask = self._token_mask(src, src_padding_mask, "src_padding_mask")
+        tgt_padding_mask = self._token_mask(tgt_in, tgt_padding_mask, "tgt_padding_mask")
+        memory, enc_maps = self.encoder.forward_with_attention(
+            self._embed(src, "source"), key_padding_mask=src_padding_mask
+        )
         h, self_maps, cross_maps = self.decoder.forward_with_attention(
-            self._embed(tgt_in, "target"), memory, tgt_key_padding_mask=tgt_mask, memory_key_padding_mask=src_mask
+            self._embed(tgt_in, "target"),
+            memory,
+            tgt_key_padding_mask=tgt_padding_mask,
+            memory_key_padding_mask=src_padding_mask,
         )
         return self.output(h), {"encoder": enc_maps, "decoder": self_maps, "cross": cross_maps}
 
     @torch.no_grad()
     def get_attention_maps(
-        self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
     ) -> dict[str, list[Tensor]]:
         """Per layer, ``{"encoder": [B, H, Ts, Ts], "decoder": [B, H, Tt, Tt], "cross": [B, H, Tt, Ts]}``."""
-        return self.forward_with_attention(src, tgt_in, src_mask, tgt_mask)[1]
+        return self.forward_with_attention(src, tgt_in, src_padding_mask, tgt_padding_mask)[1]
 
 
 # ====================================================================== decoding
@@ -289,19 +310,19 @@ def _log_probs(logits: Tensor, model: Seq2SeqTransformer) -> Tensor:
     return torch.log_softmax(logits, dim=-1)
 
 
-def _check_decode_args(model: Seq2SeqTransformer, src: Tensor, src_mask: Tensor | None, max_len: int) -> Tensor:
+def _check_decode_args(model: Seq2SeqTransformer, src: Tensor, src_padding_mask: Tensor | None, max_len: int) -> Tensor:
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len must be an int >= 1 (the most tokens to generate, EOS included), got {max_len!r}")
     if src.dim() != 2:
         raise ValueError(f"expected source token ids [batch, seq], got shape {tuple(src.shape)}")
-    return model._token_mask(src, src_mask, "src_mask")
+    return model._token_mask(src, src_padding_mask, "src_padding_mask")
 
 
 @torch.no_grad()
 def greedy_decode(
     model: Seq2SeqTransformer,
     src: Tensor,
-    src_mask: Tensor | None = None,
+    src_padding_mask: Tensor | None = None,
     *,
     max_len: int,
     use_cache: bool = True,
@@ -314,9 +335,9 @@ def greedy_decode(
     through the decoder (:meth:`Seq2SeqTransformer.decode_step`); without it the whole prefix is
     recomputed at every step (same result, for checking). Call ``model.eval()`` first.
     """
-    src_mask = _check_decode_args(model, src, src_mask, max_len)
+    src_padding_mask = _check_decode_args(model, src, src_padding_mask, max_len)
     batch = src.shape[0]
-    memory = model.encode(src, src_mask)
+    memory = model.encode(src, src_padding_mask)
     cache = model.new_cache() if use_cache else None
     ys = torch.full((batch, 1), model.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
@@ -325,9 +346,9 @@ def greedy_decode(
     step_logits = []
     for _ in range(max_len):
         if cache is not None:
-            logits = model.decode_step(ys[:, -1], memory, src_mask, cache)
+            logits = model.decode_step(ys[:, -1], memory, src_padding_mask, cache)
         else:
-            logits = model.decode(ys, memory, src_mask)[:, -1]
+            logits = model.decode(ys, memory, src_padding_mask)[:, -1]
         if return_logits:
             step_logits.append(logits.float().masked_fill(finished.unsqueeze(1), 0.0))
         logp = _log_probs(logits, model)
@@ -352,7 +373,7 @@ def greedy_decode(
 def beam_search(
     model: Seq2SeqTransformer,
     src: Tensor,
-    src_mask: Tensor | None = None,
+    src_padding_mask: Tensor | None = None,
     *,
     beam_size: int = 4,
     max_len: int,
@@ -380,11 +401,11 @@ def beam_search(
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    src_mask = _check_decode_args(model, src, src_mask, max_len)
+    src_padding_mask = _check_decode_args(model, src, src_padding_mask, max_len)
     device = src.device
     batch, k = src.shape[0], beam_size
-    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # [B*K, Ts, D]
-    mem_mask = src_mask.repeat_interleave(k, dim=0)
+    memory = model.encode(src, src_padding_mask).repeat_interleave(k, dim=0)  # [B*K, Ts, D]
+    mem_mask = src_padding_mask.repeat_interleave(k, dim=0)
     cache = model.new_cache()
     rows = torch.arange(batch, device=device)
     neg_inf = float("-inf")
@@ -453,17 +474,17 @@ def beam_search(
 
 @torch.no_grad()
 def sequence_log_probs(
-    model: Seq2SeqTransformer, src: Tensor, tokens: Tensor, lengths: Tensor, src_mask: Tensor | None = None
+    model: Seq2SeqTransformer, src: Tensor, tokens: Tensor, lengths: Tensor, src_padding_mask: Tensor | None = None
 ) -> Tensor:
     """``[B]``: the summed log-probability the model gives the first ``lengths`` of ``tokens [B, T]``
     (generated ids without BOS, as in :class:`Hypotheses`), teacher-forced, with the same
     normalisation as the decoders (PAD and BOS excluded)."""
-    src_mask = model._token_mask(src, src_mask, "src_mask")
+    src_padding_mask = model._token_mask(src, src_padding_mask, "src_padding_mask")
     batch = tokens.shape[0]
     bos = torch.full((batch, 1), model.bos_id, dtype=torch.long, device=tokens.device)
     tgt_in = torch.cat([bos, tokens[:, :-1]], dim=1)
     valid = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)
-    logits = model.decode(tgt_in, model.encode(src, src_mask), src_mask, tgt_mask=valid)
+    logits = model.decode(tgt_in, model.encode(src, src_padding_mask), src_padding_mask, tgt_padding_mask=valid)
     logp = _log_probs(logits, model)
     picked = logp.gather(-1, tokens.clamp_min(0).unsqueeze(-1)).squeeze(-1)
     return picked.masked_fill(~valid, 0.0).sum(dim=1)

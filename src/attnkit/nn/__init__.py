@@ -4,13 +4,28 @@ Shapes are batch-first (``[B, T, D]``); attention weights are ``[B, H, Tq, Tk]``
 mean **True = may attend**.
 """
 
-from attnkit.nn.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from attnkit.nn.attention import KVCache, MultiHeadAttention, attend, scaled_dot_product_attention
 from attnkit.nn.feedforward import ACTIVATIONS, FeedForward
-from attnkit.nn.masks import causal_mask, combine_masks, expand_attention_mask, padding_mask, padding_mask_from_ids
+from attnkit.nn.masks import (
+    PreparedAttention,
+    band_mask,
+    causal_mask,
+    combine_masks,
+    expand_attention_mask,
+    finalize_mask,
+    padding_mask,
+    padding_mask_from_ids,
+    positions_from_padding_mask,
+    prepare_attention,
+)
+from attnkit.nn.normalization import NORMS, RMSNorm, make_norm
 from attnkit.nn.positional import (
     LearnedPositionalEncoding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
+    alibi_slopes,
+    apply_rotary,
+    rope_inv_freq,
     sinusoidal_encoding,
 )
 from attnkit.nn.transformer import (
@@ -24,6 +39,7 @@ from attnkit.nn.transformer import (
 
 __all__ = [
     "ACTIVATIONS",
+    "NORMS",
     "DecoderBlock",
     "DecoderCache",
     "EncoderBlock",
@@ -32,15 +48,26 @@ __all__ = [
     "LayerCache",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
+    "PreparedAttention",
+    "RMSNorm",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerEncoder",
+    "alibi_slopes",
+    "apply_rotary",
+    "attend",
+    "band_mask",
     "causal_mask",
     "combine_masks",
     "expand_attention_mask",
+    "finalize_mask",
+    "make_norm",
     "padding_mask",
     "padding_mask_from_ids",
+    "positions_from_padding_mask",
+    "prepare_attention",
+    "rope_inv_freq",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

@@ -12,10 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.nn.masks import _check_bool, causal_mask, combine_masks, expand_attention_mask, masked_fill_value
-from attnkit.nn.positional import RotaryEmbedding
+from attnkit.nn.masks import (
+    PreparedAttention,
+    _check_bool,
+    expand_attention_mask,
+    finalize_mask,
+    masked_fill_value,
+)
+from attnkit.nn.positional import RotaryEmbedding, apply_rotary
 
-__all__ = ["KVCache", "MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = ["KVCache", "MultiHeadAttention", "attend", "scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(
@@ -32,9 +38,10 @@ def scaled_dot_product_attention(
     r"""softmax(q kᵀ / √d + mask) v, over any leading batch dims.
 
     Args:
-        q: queries ``[..., Tq, d]``.
-        k: keys ``[..., Tk, d]``.
-        v: values ``[..., Tk, dv]``.
+        q: queries ``[..., Hq, Tq, d]``.
+        k: keys ``[..., Hkv, Tk, d]``; ``Hkv`` may divide ``Hq`` (grouped-query attention: key/value
+            head ``j`` serves query heads ``j * Hq/Hkv .. (j + 1) * Hq/Hkv - 1``).
+        v: values ``[..., Hkv, Tk, dv]``.
         mask: boolean, **True = may attend**, broadcastable to ``[..., Tq, Tk]``.
         is_causal: also apply a causal mask, aligned to the bottom right when ``Tq < Tk``
             (the last query is the last key: right for cached decoding).
@@ -54,16 +61,8 @@ def scaled_dot_product_attention(
         raise ValueError(f"q and k must have the same feature size, got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if k_len != v.shape[-2]:
         raise ValueError(f"k and v must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}")
-
-    fused_causal = False
-    user_mask = mask is not None
-    if is_causal:
-        if mask is None and q_len == k_len and not need_weights:
-            fused_causal = True  # the kernel's own (upper-left aligned) causal mask is right when Tq == Tk
-        else:
-            mask = combine_masks(mask, causal_mask(q_len, k_len, device=q.device))
-
-    has_key: Tensor | None = None
+    if is_causal and q_len > k_len:
+        raise ValueError(f"is_causal: q_len ({q_len}) must not exceed k_len ({k_len}) (queries are the last keys)")
     if mask is not None:
         _check_bool(mask, "mask")
         scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q_len, k_len)
@@ -75,34 +74,64 @@ def scaled_dot_product_attention(
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape}"
             )
-        # A fully masked query row would give softmax(-inf...) = NaN. Let such rows attend
-        # everywhere (a harmless, finite computation) and zero their outputs afterwards.
-        # The causal mask alone never masks a whole row (Tq <= Tk, bottom-right aligned), so
-        # this costs nothing then (it would zero nothing, and copy the [..., Tq, Tk] weights).
-        if user_mask:
-            has_key = mask.any(dim=-1, keepdim=True)
-            mask = mask | ~has_key
+    prepared = finalize_mask(
+        mask, q_len=q_len, k_len=k_len, is_causal=is_causal, need_weights=need_weights, dtype=q.dtype, device=q.device
+    )
+    return attend(q, k, v, prepared, dropout_p=dropout_p, need_weights=need_weights, scale=scale)
 
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    prepared: PreparedAttention,
+    *,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention with an already validated :class:`PreparedAttention` (shapes as
+    :func:`scaled_dot_product_attention`, which validates its arguments and calls this)."""
+    mask = prepared.mask
+    if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)  # an additive mask follows the queries' dtype (e.g. under autocast)
+    grouped = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
+    if grouped and q.shape[-3] % k.shape[-3]:
+        raise ValueError(f"{k.shape[-3]} key/value heads must divide {q.shape[-3]} query heads")
     if not need_weights:
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=fused_causal, scale=scale
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            is_causal=prepared.is_causal,
+            scale=scale,
+            **({"enable_gqa": True} if grouped else {}),
         )
         weights = None
     else:
+        if grouped:
+            repeats = q.shape[-3] // k.shape[-3]
+            k = k.repeat_interleave(repeats, dim=-3)
+            v = v.repeat_interleave(repeats, dim=-3)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         # In place on the fresh [..., Tq, Tk] scores (autograd needs neither op's input): saves
         # two allocations and passes over the largest tensor here; the values are the same.
         scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)
         if mask is not None:
-            scores.masked_fill_(~mask, masked_fill_value(scores.dtype))
+            if mask.dtype == torch.bool:
+                scores.masked_fill_(~mask, masked_fill_value(scores.dtype))
+            else:
+                scores = scores + mask
         weights = torch.softmax(scores, dim=-1)
         probs = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
         out = torch.matmul(probs.to(v.dtype), v)
 
-    if has_key is not None:
-        out = out.masked_fill(~has_key, 0.0)
+    if prepared.has_key is not None:
+        out = out.masked_fill(~prepared.has_key, 0.0)
         if weights is not None:
-            weights = weights.masked_fill(~has_key, 0.0)
+            weights = weights.masked_fill(~prepared.has_key, 0.0)
     return out, weights
 
 
@@ -183,13 +212,23 @@ class MultiHeadAttention(nn.Module):
 
     Args:
         embed_dim: model width ``D`` of the queries' input and of the output.
-        num_heads: number of heads ``H``.
+        num_heads: number of (query) heads ``H``.
         head_dim: width of each head; defaults to ``embed_dim // num_heads``. "Wide" heads
             (each of the full width) are ``head_dim=embed_dim``.
+        num_kv_heads: key/value heads (grouped-query attention): ``None`` = ``num_heads`` (multi-head),
+            ``1`` = multi-query; must divide ``num_heads``. Key/value head ``j`` serves query heads
+            ``j * H/Hkv .. (j + 1) * H/Hkv - 1`` (Hugging Face's ``repeat_kv``). A :class:`KVCache`
+            stores only the ``num_kv_heads`` heads.
         kdim, vdim: feature sizes of the memory used for keys / values (default ``embed_dim``).
         bias: use biases in the projections.
+        qkv_bias: biases in the query/key/value projections only (``None`` = follow ``bias``; Qwen2
+            has ``qkv_bias=True, bias=False``).
         dropout: dropout on the attention weights (training only).
         rotary: a :class:`RotaryEmbedding` applied to queries and keys in self-attention.
+
+    Parameters: ``in_proj`` (``embed_dim`` -> ``(H + 2 Hkv) * head_dim``: the rows of ``Wq``, then ``Wk``,
+    then ``Wv``, heads contiguous inside each) when ``kdim == vdim == embed_dim``, else ``q_proj``,
+    ``k_proj``, ``v_proj``; and ``out_proj``.
     """
 
     def __init__(
@@ -198,9 +237,11 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         *,
         head_dim: int | None = None,
+        num_kv_heads: int | None = None,
         kdim: int | None = None,
         vdim: int | None = None,
         bias: bool = True,
+        qkv_bias: bool | None = None,
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
     ) -> None:
@@ -215,35 +256,50 @@ class MultiHeadAttention(nn.Module):
                     f"{divisors[:12]}{'...' if len(divisors) > 12 else ''}, or set head_dim explicitly"
                 )
             head_dim = embed_dim // num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            options = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+            raise ValueError(
+                f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}); choose one of {options} "
+                "(1 = multi-query, num_heads = multi-head)"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if rotary is not None and rotary.dim != head_dim:
             raise ValueError(f"rotary embedding has dim {rotary.dim}; it must equal head_dim ({head_dim})")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = dropout
         self.rotary = rotary
         inner = num_heads * head_dim
+        kv_inner = num_kv_heads * head_dim
+        self._sizes = [inner, kv_inner, kv_inner]
+        in_bias = bias if qkv_bias is None else qkv_bias
         self._same_dims = self.kdim == embed_dim and self.vdim == embed_dim
         if self._same_dims:
-            self.in_proj = nn.Linear(embed_dim, 3 * inner, bias=bias)
+            self.in_proj = nn.Linear(embed_dim, inner + 2 * kv_inner, bias=in_bias)
         else:
-            self.q_proj = nn.Linear(embed_dim, inner, bias=bias)
-            self.k_proj = nn.Linear(self.kdim, inner, bias=bias)
-            self.v_proj = nn.Linear(self.vdim, inner, bias=bias)
+            self.q_proj = nn.Linear(embed_dim, inner, bias=in_bias)
+            self.k_proj = nn.Linear(self.kdim, kv_inner, bias=in_bias)
+            self.v_proj = nn.Linear(self.vdim, kv_inner, bias=in_bias)
         self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Xavier-uniform weights (each of Wq, Wk, Wv, Wo on its own), zero biases."""
-        inner = self.num_heads * self.head_dim
-        projections = [self.in_proj] if self._same_dims else [self.q_proj, self.k_proj, self.v_proj]
-        for proj in projections:
-            for chunk in proj.weight.data.split(inner, dim=0):
+        if self._same_dims:
+            for chunk in self.in_proj.weight.data.split(self._sizes, dim=0):
                 nn.init.xavier_uniform_(chunk)
+            projections = [self.in_proj]
+        else:
+            projections = [self.q_proj, self.k_proj, self.v_proj]
+            for proj in projections:
+                nn.init.xavier_uniform_(proj.weight)
+        for proj in projections:
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
         nn.init.xavier_uniform_(self.out_proj.weight)
@@ -260,6 +316,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        prepared: PreparedAttention | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
 
@@ -273,13 +330,18 @@ class MultiHeadAttention(nn.Module):
             need_weights: return the attention weights ``[B, H, Tq, Tk]``.
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it, a static
                 cache (cross-attention) is filled on the first call and reused afterwards.
+            prepared: masks already validated and merged by the stack
+                (:func:`attnkit.nn.masks.prepare_attention`), instead of ``attn_mask``,
+                ``key_padding_mask`` and ``is_causal``; its ``rope`` (if any) replaces the rotary
+                embedding's own positions.
 
         Returns:
             ``(out [B, Tq, embed_dim], weights [B, H, Tq, Tk] or None)``.
         """
+        if prepared is not None and (attn_mask is not None or key_padding_mask is not None or is_causal):
+            raise ValueError("pass either `prepared` or attn_mask/key_padding_mask/is_causal, not both")
         _check_input(x, self.embed_dim, "x")
         batch, q_len, _ = x.shape
-        inner = self.num_heads * self.head_dim
         reuse_static = cache is not None and cache.static and not cache.empty
 
         if memory is None and not reuse_static:
@@ -287,14 +349,16 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("a static (cross-attention) KVCache needs `memory` on its first call")
             if not self._same_dims:
                 raise ValueError("this MultiHeadAttention has kdim/vdim != embed_dim: pass `memory` (cross-attention)")
-            q, k, v = self._heads(self.in_proj(x), batch, q_len, parts=3).unbind(0)
+            q, k, v = self._split_qkv(self.in_proj(x), batch, q_len)
         else:
             if self._same_dims:
-                w_q, w_kv = self.in_proj.weight.split([inner, 2 * inner])
-                b_q, b_kv = (None, None) if self.in_proj.bias is None else self.in_proj.bias.split([inner, 2 * inner])
-                q = self._heads(F.linear(x, w_q, b_q), batch, q_len, parts=1)[0]
+                inner = self._sizes[0]
+                kv_size = self._sizes[1] + self._sizes[2]
+                w_q, w_kv = self.in_proj.weight.split([inner, kv_size])
+                b_q, b_kv = (None, None) if self.in_proj.bias is None else self.in_proj.bias.split([inner, kv_size])
+                q = self._heads(F.linear(x, w_q, b_q), batch, q_len, self.num_heads)
             else:
-                q = self._heads(self.q_proj(x), batch, q_len, parts=1)[0]
+                q = self._heads(self.q_proj(x), batch, q_len, self.num_heads)
             if reuse_static:
                 assert cache is not None
                 k, v = cache.keys, cache.values  # type: ignore[assignment]
@@ -306,16 +370,21 @@ class MultiHeadAttention(nn.Module):
                         f"memory has batch size {memory.shape[0]} (shape {tuple(memory.shape)}) but x has {batch} "
                         f"(shape {tuple(x.shape)}); they must match"
                     )
+                m_len = memory.shape[1]
                 if self._same_dims:
-                    k, v = self._heads(F.linear(memory, w_kv, b_kv), batch, memory.shape[1], parts=2).unbind(0)
+                    kv = F.linear(memory, w_kv, b_kv).view(batch, m_len, 2, self.num_kv_heads, self.head_dim)
+                    k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)
                 else:
                     if self.kdim != self.vdim:
                         raise ValueError("kdim != vdim: pass keys and values through `memory` of one feature size")
-                    k = self._heads(self.k_proj(memory), batch, memory.shape[1], parts=1)[0]
-                    v = self._heads(self.v_proj(memory), batch, memory.shape[1], parts=1)[0]
+                    k = self._heads(self.k_proj(memory), batch, m_len, self.num_kv_heads)
+                    v = self._heads(self.v_proj(memory), batch, m_len, self.num_kv_heads)
 
         is_self = memory is None and not reuse_static
-        if self.rotary is not None and is_self:
+        if is_self and prepared is not None and prepared.rope is not None:
+            cos, sin = prepared.rope
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        elif self.rotary is not None and is_self:
             offset = cache.length if cache is not None else 0
             q = self.rotary(q, offset=offset)
             k = self.rotary(k, offset=offset)
@@ -326,25 +395,46 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = cache.append(k, v)
 
-        k_len = k.shape[-2]
-        mask = expand_attention_mask(
-            attn_mask, key_padding_mask, batch=batch, q_len=q_len, k_len=k_len, num_heads=self.num_heads
+        if prepared is None:
+            k_len = k.shape[-2]
+            mask = expand_attention_mask(
+                attn_mask, key_padding_mask, batch=batch, q_len=q_len, k_len=k_len, num_heads=self.num_heads
+            )
+            if is_causal and q_len > k_len:
+                raise ValueError(
+                    f"is_causal: q_len ({q_len}) must not exceed k_len ({k_len}) (queries are the last keys)"
+                )
+            prepared = finalize_mask(
+                mask,
+                q_len=q_len,
+                k_len=k_len,
+                is_causal=is_causal,
+                need_weights=need_weights,
+                dtype=q.dtype,
+                device=q.device,
+            )
+        out, weights = attend(
+            q, k, v, prepared, dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights
         )
-        out, weights = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights,
-        )
-        out = out.transpose(1, 2).reshape(batch, q_len, inner)
+        out = out.transpose(1, 2).reshape(batch, q_len, self._sizes[0])
         return self.out_proj(out), weights
 
-    def _heads(self, projected: Tensor, batch: int, length: int, parts: int) -> Tensor:
-        """``[B, T, parts * H * hd]`` -> ``[parts, B, H, T, hd]``."""
-        return projected.view(batch, length, parts, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+    def _heads(self, projected: Tensor, batch: int, length: int, heads: int) -> Tensor:
+        """``[B, T, heads * hd]`` -> ``[B, heads, T, hd]``."""
+        return projected.view(batch, length, heads, self.head_dim).transpose(1, 2)
+
+    def _split_qkv(self, projected: Tensor, batch: int, length: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The fused projection ``[B, T, (H + 2 Hkv) * hd]`` -> q ``[B, H, T, hd]``, k and v ``[B, Hkv, T, hd]``."""
+        if self.num_kv_heads == self.num_heads:  # one view and permute for all three
+            qkv = projected.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+            return q, k, v
+        q, k, v = projected.split(self._sizes, dim=-1)
+        return (
+            self._heads(q, batch, length, self.num_heads),
+            self._heads(k, batch, length, self.num_kv_heads),
+            self._heads(v, batch, length, self.num_kv_heads),
+        )
 
 
 def _check_input(x: Tensor, width: int, name: str) -> None:

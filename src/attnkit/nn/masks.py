@@ -7,16 +7,23 @@ opposite convention for their boolean masks: pass ``~mask`` when handing one to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 __all__ = [
+    "PreparedAttention",
+    "band_mask",
     "causal_mask",
     "combine_masks",
     "expand_attention_mask",
+    "finalize_mask",
     "masked_fill_value",
     "padding_mask",
     "padding_mask_from_ids",
+    "positions_from_padding_mask",
+    "prepare_attention",
 ]
 
 
@@ -39,7 +46,27 @@ def causal_mask(q_len: int, k_len: int | None = None, *, device: torch.device | 
     k_len = q_len if k_len is None else k_len
     if q_len > k_len:
         raise ValueError(f"causal_mask: q_len ({q_len}) must not exceed k_len ({k_len})")
-    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
+    return band_mask(q_len, k_len, causal=True, window=None, device=device)
+
+
+def band_mask(
+    q_len: int, k_len: int, *, causal: bool, window: int | None, device: torch.device | str | None = None
+) -> Tensor:
+    """Causal and/or sliding-window mask ``[q_len, k_len]``, True = may attend, bottom-right aligned.
+
+    Query ``i`` is at position ``p = k_len - q_len + i``. ``causal``: keys ``<= p``. ``window``: keys
+    ``j`` with ``p - j < window`` (causal: the last ``window`` keys including itself, as Mistral;
+    otherwise ``|p - j| < window``).
+    """
+    if q_len > k_len:
+        raise ValueError(f"band_mask: q_len ({q_len}) must not exceed k_len ({k_len})")
+    q_pos = torch.arange(k_len - q_len, k_len, device=device).unsqueeze(1)
+    k_pos = torch.arange(k_len, device=device).unsqueeze(0)
+    distance = q_pos - k_pos
+    mask = distance >= 0 if causal else torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if window is not None:
+        mask &= (distance if causal else distance.abs()) < window
+    return mask
 
 
 def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
@@ -54,6 +81,13 @@ def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
 def padding_mask_from_ids(ids: Tensor, pad_id: int) -> Tensor:
     """Key-padding mask ``[B, T]`` from token ids ``[B, T]``: True where the token is not ``pad_id``."""
     return ids != pad_id
+
+
+def positions_from_padding_mask(padding_mask: Tensor) -> Tensor:
+    """Position ids ``[B, T]`` from a padding mask ``[B, T]`` (True = real token): each token's position is
+    the number of real tokens before it in its row (left padding: the row's positions are those of the
+    unpadded row; padding gets position 0)."""
+    return (padding_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
@@ -131,3 +165,123 @@ def _broadcastable(shape: tuple[int, ...] | torch.Size, target: tuple[int | None
     if len(shape) != len(target):
         return False
     return all(s == 1 or t is None or s == t for s, t in zip(shape, target))
+
+
+@dataclass
+class PreparedAttention:
+    """Everything an attention layer needs about masking, computed once per stack (not per layer).
+
+    Attributes:
+        mask: ``None``, a boolean mask (True = may attend) or an additive float mask (0 = may attend,
+            the dtype's lowest value = masked, plus e.g. ALiBi biases), broadcastable to
+            ``[B, H, Tq, Tk]``. Rows with no key to attend to have been opened (see ``has_key``).
+        is_causal: let the fused kernel apply its own causal mask (only when ``mask`` is ``None`` and
+            ``Tq == Tk``).
+        has_key: ``[B, 1|H, Tq, 1]`` False on query rows whose every key was masked: their outputs
+            (and weights) are zeroed; ``None`` when every row has a key.
+        rope: rotary ``(cos, sin)`` of the new positions (``[T, hd]`` or ``[B, 1, T, hd]``), for
+            self-attention; ``None`` otherwise.
+    """
+
+    mask: Tensor | None = None
+    is_causal: bool = False
+    has_key: Tensor | None = None
+    rope: tuple[Tensor, Tensor] | None = None
+
+
+def finalize_mask(
+    mask: Tensor | None,
+    *,
+    q_len: int,
+    k_len: int,
+    is_causal: bool = False,
+    window: int | None = None,
+    bias: Tensor | None = None,
+    need_weights: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> PreparedAttention:
+    """Turn a validated boolean mask (True = may attend) and the causal / sliding-window / bias options
+    into a :class:`PreparedAttention`. The one place that decides how causality is applied:
+
+    * nothing else to mask, ``Tq == Tk`` and no weights wanted: the fused kernel's own causal mask;
+    * one query (cached decoding, no window): nothing, it may attend to every key;
+    * otherwise an explicit bottom-right-aligned (band) mask, combined with ``mask``.
+
+    ``bias`` (float, broadcastable to ``[B, H, Tq, Tk]``, e.g. ALiBi) makes the result additive.
+    """
+    user_mask = mask is not None
+    fused = False
+    if is_causal or window is not None:
+        if mask is None and bias is None and window is None and q_len == k_len and not need_weights:
+            fused = True
+        elif not (is_causal and window is None and q_len == 1):
+            mask = combine_masks(mask, band_mask(q_len, k_len, causal=is_causal, window=window, device=device))
+    has_key: Tensor | None = None
+    if user_mask:
+        # A fully masked query row would give softmax(-inf...) = NaN. Let such rows attend everywhere
+        # (a harmless, finite computation) and zero their outputs afterwards. The causal and window
+        # masks alone never empty a row, so only a caller's mask needs this.
+        assert mask is not None
+        row_has_key = mask.any(dim=-1, keepdim=True)
+        if not bool(row_has_key.all()):
+            has_key = row_has_key
+            mask = mask | ~row_has_key
+    if bias is not None:
+        additive = bias.to(dtype)
+        if mask is not None:
+            additive = additive.masked_fill(~mask, masked_fill_value(dtype))
+        mask = additive
+    return PreparedAttention(mask=mask, is_causal=fused, has_key=has_key)
+
+
+def prepare_attention(
+    attn_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    *,
+    batch: int,
+    q_len: int,
+    k_len: int,
+    num_heads: int | None = None,
+    is_causal: bool = False,
+    window: int | None = None,
+    alibi_slopes: Tensor | None = None,
+    need_weights: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    names: tuple[str, str] = ("attn_mask", "key_padding_mask"),
+) -> PreparedAttention:
+    """Validate and merge a stack's masks once: :func:`expand_attention_mask`, then :func:`finalize_mask`.
+
+    Args:
+        attn_mask: True = may attend; ``[Tq, Tk]``, ``[B, Tq, Tk]`` or ``[B, H, Tq, Tk]``.
+        key_padding_mask: ``[B, Tk]``, True = real token, False = padding.
+        is_causal: causal attention, bottom-right aligned (queries are the last ``Tq`` of ``Tk`` positions).
+        window: sliding window (each query attends to at most the last ``window`` keys, itself included).
+        alibi_slopes: ``[H]``: add ``-slope * |query position - key position|`` to the scores (ALiBi;
+            positions are column indices, so left padding does not change the distances).
+        need_weights: the layers will return attention weights (no fused causal kernel then).
+        names: what the caller calls the two masks, for error messages.
+    """
+    if window is not None and window < 1:
+        raise ValueError(f"sliding window must be >= 1, got {window}")
+    mask = expand_attention_mask(
+        attn_mask, key_padding_mask, batch=batch, q_len=q_len, k_len=k_len, num_heads=num_heads, names=names
+    )
+    bias = None
+    if alibi_slopes is not None:
+        q_pos = torch.arange(k_len - q_len, k_len, device=device).unsqueeze(1)
+        k_pos = torch.arange(k_len, device=device).unsqueeze(0)
+        distance = (q_pos - k_pos).abs().to(alibi_slopes.dtype)
+        bias = -alibi_slopes.to(device)[None, :, None, None] * distance  # [1, H, Tq, Tk]
+    return finalize_mask(
+        mask,
+        q_len=q_len,
+        k_len=k_len,
+        is_causal=is_causal,
+        window=window,
+        bias=bias,
+        need_weights=need_weights,
+        dtype=dtype,
+        device=device,
+    )

@@ -12,9 +12,9 @@ from torch import Tensor
 from attnkit.data.sets import AnomalyDataConfig, SetAnomalyDataModule
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
 
 __all__ = ["AnomalyConfig", "AnomalyModule", "AnomalyTask"]
 
@@ -37,7 +37,7 @@ class AnomalyConfig(TaskConfig):
     trainer: TrainerConfig = TrainerConfig(max_epochs=15, batch_size=64)
 
 
-class AnomalyModule(TaskModule):
+class AnomalyModule(ClassifierModule):
     """A score per set element; softmax over the set's positions picks the odd one out."""
 
     def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
@@ -49,20 +49,20 @@ class AnomalyModule(TaskModule):
         return F.cross_entropy(logits, target), logits, target
 
 
-class AnomalyTask(Task):
+class AnomalyTask(Task[AnomalyConfig]):
     name = "anomaly"
     summary = "set anomaly detection: which item is of another class (digits built in; .npz/.pt; CIFAR-100)"
     config_cls = AnomalyConfig
     module_cls = AnomalyModule
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> SetAnomalyDataModule:
+    def build_datamodule(self, cfg: AnomalyConfig, artifacts: dict[str, Any] | None = None) -> SetAnomalyDataModule:
         return SetAnomalyDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: AnomalyConfig, datamodule: Any) -> ModelSpec:
         model = PredictorConfig(
             **cfg.model.model_dump(), input_dim=datamodule.feature_dim, num_outputs=1, positional="none"
         )
-        return "predictor", model.model_dump(), datamodule.set_size
+        return ModelSpec("predictor", model.model_dump(), num_classes=datamodule.set_size)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input: an index into the test sets, or a .npz/.pt file holding ``sets [S, N, D]``

@@ -14,9 +14,9 @@ from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
 
 __all__ = ["ClassifyConfig", "ClassifyModule", "ClassifyTask"]
 
@@ -44,27 +44,29 @@ class ClassifyConfig(TaskConfig):
     trainer: TrainerConfig = TrainerConfig(max_epochs=5, batch_size=32)
 
 
-class ClassifyModule(TaskModule):
+class ClassifyModule(ClassifierModule):
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         ids, mask, labels = batch
         logits = self.model(ids, mask)
         return F.cross_entropy(logits, labels), logits, labels
 
 
-class ClassifyTask(Task):
+class ClassifyTask(Task[ClassifyConfig]):
     name = "classify"
     summary = "text classification: IMDB folders, CSV/TSV/JSONL files, or a built-in generated corpus"
     config_cls = ClassifyConfig
     module_cls = ClassifyModule
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> TextClassificationDataModule:
+    def build_datamodule(
+        self, cfg: ClassifyConfig, artifacts: dict[str, Any] | None = None
+    ) -> TextClassificationDataModule:
         t = cfg.trainer
         if artifacts:
             return TextClassificationDataModule.from_artifacts(cfg.data, artifacts, t.batch_size, t.num_workers)
         tokenizer = pretrained_tokenizer(cfg.model.init) if cfg.model.init else None
         return TextClassificationDataModule(cfg.data, t.batch_size, t.num_workers, tokenizer=tokenizer)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: ClassifyConfig, datamodule: Any) -> ModelSpec:
         if cfg.model.init:
             return self._pretrained_spec(cfg, datamodule)
         model = ClassifierConfig(
@@ -74,9 +76,9 @@ class ClassifyTask(Task):
             max_len=datamodule.max_len,
             pad_id=datamodule.pad_id,
         )
-        return "classifier", model.model_dump(), datamodule.num_classes
+        return ModelSpec("classifier", model.model_dump(), num_classes=datamodule.num_classes)
 
-    def _pretrained_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def _pretrained_spec(self, cfg: ClassifyConfig, datamodule: Any) -> ModelSpec:
         """The pretrained encoder's architecture with a new head (``model.init``)."""
         encoder = pretrained_encoder_config(cfg.model.init)
         if datamodule.max_len > encoder.max_len:
@@ -95,9 +97,9 @@ class ClassifyTask(Task):
             num_classes=datamodule.num_classes,
             pooling=cfg.model.pooling,
         )
-        return "bert_classifier", model.model_dump(), datamodule.num_classes
+        return ModelSpec("bert_classifier", model.model_dump(), num_classes=datamodule.num_classes)
 
-    def init_weights(self, module: TaskModule, cfg: Any) -> None:
+    def init_weights(self, module: TaskModule, cfg: ClassifyConfig) -> None:
         """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
         if cfg.model.init:
             module.model.bert.load_state_dict(load_encoder(cfg.model.init).state_dict())

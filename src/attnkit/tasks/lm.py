@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,10 @@ from torchmetrics import SumMetric
 from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.training.runner import load_run
 
 __all__ = [
     "LMConfig",
@@ -48,7 +49,7 @@ class LMConfig(TaskConfig):
     trainer: TrainerConfig = TrainerConfig(max_epochs=2, batch_size=32)
 
 
-class LanguageModelModule(TaskModule):
+class LanguageModelModule(ClassifierModule):
     """Next-token cross-entropy (ignored targets: padding and ``<bos>``); logs besides
     ``loss``/``acc`` (next-token accuracy) the split's perplexity ``ppl = exp(mean loss per
     token)`` and bits per character ``bpc = total loss in bits / characters of the text predicted``
@@ -102,24 +103,24 @@ class LanguageModelModule(TaskModule):
         self._log_text_metrics("test")
 
 
-class LanguageModelTask(Task):
+class LanguageModelTask(Task[LMConfig]):
     name = "lm"
     summary = "language modelling and text generation: any UTF-8 text file, or a built-in generated corpus"
     config_cls = LMConfig
     module_cls = LanguageModelModule
     monitor = ("val/loss", "min")
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
+    def build_datamodule(self, cfg: LMConfig, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
         return LanguageModelDataModule(cfg.data, progress=cfg.trainer.progress_bar, **kw)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: LMConfig, datamodule: Any) -> ModelSpec:
         model = LanguageModelConfig(
             **cfg.model.model_dump(), vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
         )
-        return "lm", model.model_dump(), datamodule.vocab_size
+        return ModelSpec("lm", model.model_dump(), num_classes=datamodule.vocab_size)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input is a prompt; the output is the prompt and its greedy continuation (at most 200
@@ -174,72 +175,124 @@ def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
 def generate_text(
     model: LanguageModel,
     tokenizer: Tokenizer,
-    prompt: str = "",
+    prompt: str | Sequence[str] = "",
     *,
     max_new_tokens: int = 200,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    stop: Sequence[str] | None = None,
     seed: int | None = None,
     num_samples: int = 1,
+    batch_size: int = 8,
     write: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """``num_samples`` texts that continue ``prompt`` (each is the prompt followed by its continuation).
+    """Texts that continue ``prompt`` (each is the prompt followed by its continuation).
 
-    The prompt is encoded as the beginning of a document (``<bos>`` + its tokens; an empty prompt
+    ``prompt`` is one text (``num_samples`` samples, generated one after the other and streamed to
+    ``write``: the prompt, then every new piece, then ``"\n"``) or a list of texts (``num_samples``
+    each, generated in left-padded batches of ``batch_size``, each row as if alone; ``write``
+    receives each finished text followed by ``"\n"``, in order).
+
+    Each prompt is encoded as the beginning of a document (``<bos>`` + its tokens; an empty prompt
     starts from ``<bos>`` alone); characters/words the tokenizer does not know become ``<unk>``.
-    Generation stops at ``<eos>`` (the end of a document) or after ``max_new_tokens``. ``seed``
-    makes sampling reproducible (the samples are drawn one after the other from one generator).
-    ``write`` receives the text as it is produced: for each sample the prompt, then every new piece,
-    then ``"\\n"``.
+    Generation stops at ``<eos>`` (the end of a document), after ``max_new_tokens``, or once the
+    continuation contains one of the ``stop`` strings (it is cut before the stop string). ``seed``
+    makes sampling reproducible. ``min_p`` and ``repetition_penalty`` as :meth:`LanguageModel.generate`.
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    single = isinstance(prompt, str)
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    bad = [p for p in prompts if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"prompt must be a str or a list of str, got {type(bad[0]).__name__}")
+    stops = list(stop or [])
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    prompt_ids = torch.tensor([tokenizer.encode(prompt, add_bos=True)], device=device)
-    texts = []
-    for _ in range(num_samples):
-        stream = StreamDecoder(tokenizer)
-        pieces: list[str] = []
-
-        def on_token(token: Tensor, stream: StreamDecoder = stream, pieces: list[str] = pieces) -> None:
-            piece = stream.push(int(token[0]))
-            pieces.append(piece)
-            if write is not None and piece:
-                write(piece)
-
-        if write is not None:
-            write(prompt)
-        model.generate(
-            prompt_ids,
-            max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            generator=generator,
-            on_token=on_token,
-        )
-        rest = stream.flush()
-        pieces.append(rest)
-        if write is not None:
-            write(rest + "\n")
-        texts.append(prompt + "".join(pieces))
+    options: dict[str, Any] = dict(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+        generator=generator,
+        stop_strings=stops or None,
+        decode=tokenizer.decode if stops else None,
+    )
+    if single:
+        return [
+            prompt + _stream_one(model, tokenizer, prompts[0], max_new_tokens, options, stops, write)
+            for _ in range(num_samples)
+        ]
+    items = [p for p in prompts for _ in range(num_samples)]
+    texts: list[str] = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        encoded = [tokenizer.encode(p, add_bos=True) for p in chunk]
+        out = model.generate(encoded, max_new_tokens, **options)
+        width = max(map(len, encoded))
+        for p, row in zip(chunk, out[:, width:].tolist()):
+            text = p + _cut_at_stop(tokenizer.decode(row), stops)
+            texts.append(text)
+            if write is not None:
+                write(text + "\n")
     return texts
 
 
-def generate_from_run(run: str | Path, prompt: str = "", **kwargs: Any) -> list[str]:
-    """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
-    from attnkit.errors import CheckpointError
-    from attnkit.tasks.runner import load_run
+def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to (without) the earliest stop string in it."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]
 
-    loaded = load_run(run)
-    if loaded.task.name != LanguageModelTask.name:
-        raise CheckpointError(
-            f"{loaded.checkpoint} is a run of task {loaded.task.name!r}; `attnkit generate` needs a run of task 'lm' "
-            "(use `attnkit predict` for other tasks)"
-        )
+
+def _stream_one(
+    model: LanguageModel,
+    tokenizer: Tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    options: dict[str, Any],
+    stops: Sequence[str],
+    write: Callable[[str], None] | None,
+) -> str:
+    """Generate one continuation of ``prompt``, streaming it to ``write``; text that could still become a
+    stop string is held back until it cannot (so nothing after a stop string is ever written)."""
+    device = next(model.parameters()).device
+    prompt_ids = torch.tensor([tokenizer.encode(prompt, add_bos=True)], device=device)
+    stream = StreamDecoder(tokenizer)
+    pieces: list[str] = []
+    hold = max((len(s) for s in stops), default=1) - 1
+    written = 0
+
+    def emit(final: bool) -> None:
+        nonlocal written
+        text = "".join(pieces)
+        trimmed = _cut_at_stop(text, stops)
+        end = len(trimmed) if final or len(trimmed) < len(text) else max(written, len(text) - hold)
+        if write is not None and end > written:
+            write(trimmed[written:end])
+        written = max(written, end)
+
+    def on_token(token: Tensor) -> None:
+        pieces.append(stream.push(int(token[0])))
+        emit(final=False)
+
+    if write is not None:
+        write(prompt)
+    model.generate(prompt_ids, max_new_tokens, on_token=on_token, **options)
+    pieces.append(stream.flush())
+    emit(final=True)
+    if write is not None:
+        write("\n")
+    return _cut_at_stop("".join(pieces), stops)
+
+
+def generate_from_run(run: str | Path, prompt: str | Sequence[str] = "", **kwargs: Any) -> list[str]:
+    """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
+    loaded = load_run(run, LanguageModelTask())
     tokenizer = tokenizer_of(loaded.hparams["artifacts"])
     return generate_text(loaded.module.model, tokenizer, prompt, **kwargs)  # type: ignore[arg-type]

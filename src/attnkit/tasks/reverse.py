@@ -11,9 +11,9 @@ from torch import Tensor
 from attnkit.data.synthetic import ReverseDataConfig, ReverseDataModule
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig, attention_weights
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
 
 __all__ = ["ReverseConfig", "ReverseModule", "ReverseTask"]
 
@@ -36,7 +36,7 @@ class ReverseConfig(TaskConfig):
     trainer: TrainerConfig = TrainerConfig(max_epochs=10, batch_size=128)
 
 
-class ReverseModule(TaskModule):
+class ReverseModule(ClassifierModule):
     """One-hot symbols in, a class per position out; cross-entropy over all positions."""
 
     def forward(self, inputs: Tensor) -> Tensor:  # type: ignore[override]
@@ -50,19 +50,19 @@ class ReverseModule(TaskModule):
         return F.cross_entropy(logits, labels), logits, labels
 
 
-class ReverseTask(Task):
+class ReverseTask(Task[ReverseConfig]):
     name = "reverse"
     summary = "reverse random sequences of symbols (per-element prediction, built-in data)"
     config_cls = ReverseConfig
     module_cls = ReverseModule
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> ReverseDataModule:
+    def build_datamodule(self, cfg: ReverseConfig, artifacts: dict[str, Any] | None = None) -> ReverseDataModule:
         return ReverseDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: ReverseConfig, datamodule: Any) -> ModelSpec:
         n = cfg.data.num_categories
         model = PredictorConfig(**cfg.model.model_dump(), input_dim=n, num_outputs=n)
-        return "predictor", model.model_dump(), n
+        return ModelSpec("predictor", model.model_dump(), num_classes=n)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         n = module.model.config.input_dim

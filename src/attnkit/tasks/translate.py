@@ -17,9 +17,10 @@ from attnkit.data.pairs import PairsDataConfig, PairsDataModule, tokenizers_from
 from attnkit.data.tokenizers import EOS_ID, Tokenizer
 from attnkit.models.config import EncoderConfig
 from attnkit.models.seq2seq import Hypotheses, Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
-from attnkit.tasks.base import AttentionExample, Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
+from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.training.runner import load_run
 
 __all__ = [
     "DecodeConfig",
@@ -121,7 +122,7 @@ def _one_line(text: str) -> str:
 
 
 # ====================================================================== module
-class TranslateModule(TaskModule):
+class TranslateModule(ClassifierModule):
     """Teacher-forced cross-entropy (label smoothing, padding ignored); token accuracy through
     :class:`TaskModule`'s metric. At the end of a test run the test split is decoded (greedy or beam
     search, per ``decode``) and BLEU, chrF and exact match are logged as ``test/bleu``,
@@ -269,29 +270,25 @@ def translate_run(
     warn: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Load a translate run (folder or checkpoint) and translate ``texts`` (see :func:`translate_texts`)."""
-    from attnkit.tasks.runner import load_run
-
-    loaded = load_run(run)
-    if loaded.task.name != "translate":
-        raise ValueError(f"{run} is a {loaded.task.name!r} run; attnkit translate needs a run of the translate task")
+    loaded = load_run(run, TranslateTask())
     return translate_texts(loaded.module, texts, beam_size=beam_size, warn=warn)
 
 
 # ====================================================================== task
-class TranslateTask(Task):
+class TranslateTask(Task[TranslateConfig]):
     name = "translate"
     summary = "translation with an encoder-decoder Transformer: Tatoeba pairs files or built-in English->Spanish"
     config_cls = TranslateConfig
     module_cls = TranslateModule
     monitor = ("val/acc", "max")  # teacher-forced token accuracy: cheap, and follows the exact-match rate
 
-    def build_datamodule(self, cfg: Any, artifacts: dict[str, Any] | None = None) -> PairsDataModule:
+    def build_datamodule(self, cfg: TranslateConfig, artifacts: dict[str, Any] | None = None) -> PairsDataModule:
         t = cfg.trainer
         if artifacts:
             return PairsDataModule.from_artifacts(cfg.data, artifacts, t.batch_size, t.num_workers)
         return PairsDataModule(cfg.data, t.batch_size, t.num_workers)
 
-    def model_spec(self, cfg: Any, datamodule: Any) -> tuple[str, dict[str, Any], int]:
+    def model_spec(self, cfg: TranslateConfig, datamodule: Any) -> ModelSpec:
         src_tok, tgt_tok = datamodule.tokenizers
         model = Seq2SeqConfig(
             **cfg.model.model_dump(),
@@ -302,7 +299,7 @@ class TranslateTask(Task):
             bos_id=tgt_tok.bos_id,
             eos_id=tgt_tok.eos_id,
         )
-        return "seq2seq", model.model_dump(), tgt_tok.vocab_size
+        return ModelSpec("seq2seq", model.model_dump(), num_classes=tgt_tok.vocab_size)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         return translate_texts(module, inputs)

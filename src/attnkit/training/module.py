@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnkit.models import build_model
 from attnkit.training.config import OptimConfig
 from attnkit.training.schedule import CosineWarmupScheduler
 
-__all__ = ["TaskModule"]
+__all__ = ["ClassifierModule", "TaskModule"]
 
 
 class TaskModule(L.LightningModule):
-    """Wraps an attnkit model for training; subclasses define :meth:`step` for their task.
+    """Wraps an attnkit model for training; subclasses define :meth:`step` for their task and
+    declare their evaluation metrics with :meth:`metrics`.
 
     Everything needed to rebuild the module is in its hyper-parameters (saved in every
     checkpoint): the task name, the resolved task config, the model's registry name and full
-    config, and the data artifacts (e.g. a vocabulary).
+    config, the data artifacts (e.g. a vocabulary) and the number of classes of the model's
+    outputs (for class metrics; None when there are none).
     """
+
+    # Also count correct predictions (``logits.argmax(-1) == target``) while training, logged as
+    # ``train/acc_step`` / ``train/acc_epoch``: for modules whose outputs are class scores.
+    train_accuracy: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -30,16 +37,22 @@ class TaskModule(L.LightningModule):
         config: dict[str, Any],
         model: dict[str, Any],
         artifacts: dict[str, Any],
-        num_classes: int,
         attnkit_version: str,
+        num_classes: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(model["name"], model["config"])
         self.optim_config = OptimConfig.model_validate(config["optim"])
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        # One copy of the metrics per stage: their states must not mix.
+        self.stage_metrics = nn.ModuleDict({stage: nn.ModuleDict(self.metrics()) for stage in ("val", "test")})
+
+    def metrics(self) -> dict[str, Metric]:
+        """The validation and test metrics, logged as ``<stage>/<name>`` per epoch; each gets
+        ``update(logits, target)`` with :meth:`step`'s outputs. Built anew per stage. None by default
+        (the loss is always logged)."""
+        return {}
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         """``batch`` -> ``(loss, logits [N, C], target [N])`` with padding already removed."""
@@ -48,31 +61,41 @@ class TaskModule(L.LightningModule):
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.model(*args, **kwargs)
 
-    def _evaluate(self, batch: Any, stage: str, metric: MulticlassAccuracy) -> Tensor:
-        """Validation / test step: ``<stage>/loss`` and ``<stage>/acc``, averaged over the epoch."""
+    def _evaluate(self, batch: Any, stage: str) -> Tensor:
+        """Validation / test step: ``<stage>/loss`` and each metric's ``<stage>/<name>``, over the epoch."""
         loss, logits, target = self.step(batch)
-        metric.update(logits.detach(), target)
         self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
-        self.log(f"{stage}/acc", metric, on_epoch=True, prog_bar=True)
+        for name, metric in self.stage_metrics[stage].items():
+            metric.update(logits.detach(), target)
+            self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=True)
         return loss
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         # Every step only adds to three sums. Values go to Lightning's `self.log` only on the steps
-        # its loggers write (`trainer.log_every_n_steps`) and once per epoch: each `self.log` call
-        # (and each torchmetrics update) costs Python bookkeeping on the order of a millisecond,
-        # which is a large share of a small model's step (see benchmarks/training_overhead.py).
+        # its loggers write (every `trainer.log_every_n_steps`) and once per epoch: each `self.log`
+        # call (and each torchmetrics update) costs Python bookkeeping on the order of a
+        # millisecond, a large share of a small model's step (see benchmarks/training_overhead.py).
         loss, logits, target = self.step(batch)
         with torch.no_grad():
             n = target.numel()
-            correct = (logits.argmax(-1) == target).sum()
+            correct = (
+                (logits.argmax(-1) == target).sum() if self.train_accuracy else torch.zeros((), device=loss.device)
+            )
             step_sums = torch.stack(
                 [loss.detach().float() * n, correct.float(), torch.tensor(float(n), device=loss.device)]
             )
             self._train_sums += step_sums  # float32 whatever the precision of the step (bf16 would lose counts)
-            if self.trainer._logger_connector.should_update_logs:
+            if self._logging_step():
                 self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
-                self.log("train/acc_step", correct / max(n, 1), on_step=True, on_epoch=False, prog_bar=True)
+                if self.train_accuracy:
+                    self.log("train/acc_step", correct / max(n, 1), on_step=True, on_epoch=False, prog_bar=True)
         return loss
+
+    def _logging_step(self) -> bool:
+        """Whether Lightning's loggers write the step being trained: its rule (the step's number is a
+        multiple of ``log_every_n_steps``) from the trainer's public attributes."""
+        trainer = self.trainer
+        return bool(trainer.loggers) and (trainer.global_step + 1) % trainer.log_every_n_steps == 0
 
     def on_train_epoch_start(self) -> None:
         self._train_sums = torch.zeros(3, device=self.device)
@@ -81,13 +104,14 @@ class TaskModule(L.LightningModule):
         # Summed over every process of a multi-process run, then divided: the epoch's exact means.
         loss_sum, correct, count = self.trainer.strategy.reduce(self._train_sums, reduce_op="sum").tolist()
         self.log("train/loss_epoch", loss_sum / max(count, 1), prog_bar=True)
-        self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True)
+        if self.train_accuracy:
+            self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_acc)
+        self._evaluate(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_acc)
+        self._evaluate(batch, "test")
 
     def configure_optimizers(self) -> Any:
         cfg = self.optim_config
@@ -96,3 +120,19 @@ class TaskModule(L.LightningModule):
         max_iters = cfg.max_iters or int(self.trainer.estimated_stepping_batches)
         scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=max(max_iters, 1))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class ClassifierModule(TaskModule):
+    """A module whose outputs are scores over ``num_classes`` classes (per example, per position or
+    per token): accuracy while training and ``<stage>/acc`` (micro-averaged) in validation and test."""
+
+    train_accuracy = True
+
+    def metrics(self) -> dict[str, Metric]:
+        num_classes = self.hparams.get("num_classes")
+        if not num_classes:
+            raise ValueError(
+                f"{type(self).__name__} counts accuracy over classes: its task's model_spec() must give "
+                "ModelSpec(num_classes=...)"
+            )
+        return {"acc": MulticlassAccuracy(num_classes, average="micro")}

@@ -7,7 +7,8 @@ the table of trials, the plots and the study report.
 
 from attnkit.tuning.results import write_results
 from attnkit.tuning.space import SearchSpace, load_space
-from attnkit.tuning.study import PruningCallback, TrialFailed, counts_toward_budget, tune
+from attnkit.tuning.study import PruningCallback, TrialFailed, tune
+from attnkit.tuning.trials import counts_toward_budget
 
 __all__ = [
     "PruningCallback",

@@ -28,7 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 from attnkit.api import build_config
 from attnkit.config import merge
 from attnkit.tuning.space import nested
-from attnkit.tuning.study import META_ATTR, counts_toward_budget
+from attnkit.tuning.trials import META_ATTR, counts_toward_budget
+from attnkit.viz.report import ReportSection, write_report
 
 __all__ = ["best_config", "param_importances", "trial_rows", "write_results"]
 
@@ -378,10 +379,6 @@ def _best_run_report(best: FrozenTrial, summary: dict[str, Any], files: dict[str
     run_dir = Path(best.user_attrs.get("run_dir", ""))
     if not (run_dir / "checkpoints").is_dir():
         return None  # run on another machine
-    try:
-        from attnkit.viz.report import ReportSection, write_report
-    except ImportError:
-        return None
     section = ReportSection(
         "tuning",
         "Tuning study",

@@ -46,12 +46,14 @@ from attnkit.api import build_config
 from attnkit.config import merge
 from attnkit.errors import ConfigError
 from attnkit.tasks import get_task
-from attnkit.tasks.runner import fit
+from attnkit.training.runner import fit
+from attnkit.tuning.results import write_results
 from attnkit.tuning.space import SearchSpace, load_space, nested
+from attnkit.tuning.trials import META_ATTR, counts_toward_budget
+from attnkit.version import __version__
 
 __all__ = ["PruningCallback", "TrialFailed", "counts_toward_budget", "open_storage", "tune"]
 
-META_ATTR = "attnkit"  # study user attribute: task, space, base config and monitor of the study
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "hyperband", "none")
 # Keys that may differ between the processes or machines of one study (where runs go, how fast they run).
@@ -98,20 +100,6 @@ class PruningCallback(Callback):
         last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
         if not last and self.trial.should_prune():  # a run that has trained to the end is complete
             raise optuna.TrialPruned(f"stopped after epoch {epoch + 1} by the pruner: {self.monitor} {value:.4f}")
-
-
-def counts_toward_budget(trial: FrozenTrial) -> bool:
-    """Finished trials that count toward ``n_trials``: completed, pruned by the pruner, failed with a
-    reason. Not counted: rejected samples (never trained), trials whose process was killed (re-run),
-    interrupted ones and those a worker started over the budget and skipped."""
-    attrs = trial.user_attrs
-    if trial.state == TrialState.COMPLETE:
-        return True
-    if trial.state == TrialState.PRUNED:
-        return "rejected" not in attrs
-    if trial.state == TrialState.FAIL:
-        return "fail_reason" in attrs
-    return False
 
 
 # -- storage and study ---------------------------------------------------------------------------
@@ -537,7 +525,7 @@ def tune(
         "space": search.to_dict(),
         "base": _shared_base(base),
         "monitor": monitor,
-        "attnkit_version": __import__("attnkit").__version__,
+        "attnkit_version": __version__,
     }
     study = _open_study(store, name, meta, direction, url)
     study_dir.mkdir(parents=True, exist_ok=True)
@@ -581,8 +569,6 @@ def tune(
         _run_workers(worker, workers)
     study = optuna.load_study(study_name=name, storage=store)
     if results:
-        from attnkit.tuning.results import write_results
-
         files = write_results(
             study, study_dir, task=task, base=base, output_dir=base_cfg.output_dir, storage=_redact(url)
         )

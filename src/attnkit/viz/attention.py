@@ -11,7 +11,7 @@ import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,8 +19,8 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from torch import Tensor
 
-if TYPE_CHECKING:  # importing the tasks pulls in Lightning: only when a run is plotted
-    from attnkit.tasks.base import AttentionExample
+from attnkit.tasks import LoadedRun, load_run
+from attnkit.tasks.base import AttentionExample
 
 __all__ = [
     "attention_examples",
@@ -189,8 +189,6 @@ def attention_examples(
     run: Any, *, texts: Sequence[str] | None = None, indices: Sequence[int] | None = None
 ) -> list[AttentionExample]:
     """A run's attention examples: ``run`` is a run folder, a checkpoint file or a loaded run."""
-    from attnkit.tasks.runner import LoadedRun, load_run
-
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     loaded.module.eval()
     return loaded.task.attention_examples(

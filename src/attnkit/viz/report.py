@@ -24,6 +24,10 @@ import yaml
 from matplotlib.figure import Figure
 
 from attnkit.io import write_text_atomic
+from attnkit.tasks import LoadedRun, load_run
+from attnkit.viz.attention import plot_attention_example, plot_set_probabilities
+from attnkit.viz.curves import plot_training_curves
+from attnkit.viz.schedule import plot_run_lr
 
 __all__ = ["ReportSection", "figure_data_uri", "render_report", "write_report"]
 
@@ -77,8 +81,6 @@ def _metrics_table(run_dir: Path) -> str:
 
 
 def _attention_html(run: Any, num_examples: int) -> str:
-    from attnkit.viz.attention import plot_attention_example, plot_set_probabilities
-
     examples = run.task.attention_examples(run.module, None, list(range(num_examples)))
     parts = []
     for example in examples:
@@ -118,12 +120,8 @@ window.addEventListener("load", function () {
 
 
 def render_report(run: str | Path | Any, *, num_examples: int = 3, sections: Sequence[ReportSection] = ()) -> str:
-    """The report's HTML for a run folder (or a :class:`~attnkit.tasks.runner.LoadedRun` with a run
+    """The report's HTML for a run folder (or a :class:`~attnkit.training.runner.LoadedRun` with a run
     folder). ``sections`` are added at the end (e.g. a tuning study's summary)."""
-    from attnkit.tasks.runner import LoadedRun, load_run
-    from attnkit.viz.curves import plot_training_curves
-    from attnkit.viz.schedule import plot_run_lr
-
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     if loaded.run_dir is None:
         raise ValueError(f"{loaded.checkpoint} is not inside a run folder (<run>/checkpoints/): no report to write")
@@ -182,8 +180,6 @@ def write_report(
     out: str | Path | None = None,
 ) -> Path:
     """Write ``report.html`` into the run folder (or to ``out``); returns its path."""
-    from attnkit.tasks.runner import LoadedRun, load_run
-
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     text = render_report(loaded, num_examples=num_examples, sections=sections)
     path = Path(out) if out is not None else Path(loaded.run_dir) / REPORT_NAME  # type: ignore[arg-type]

@@ -8,9 +8,9 @@ A run lives in ``<output_dir>/<task>/<run-id>/``: ``config.yaml`` (the resolved 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,15 +22,13 @@ import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-import attnkit
-from attnkit.config import ConfigError, validate_config
-from attnkit.tasks.base import Task, TaskConfig
+from attnkit.config import ConfigError
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
+from attnkit.training.task import C, Task, TaskConfig
+from attnkit.version import __version__
 
-__all__ = ["LoadedRun", "TrainResult", "evaluate", "fit", "load_run", "resolve_checkpoint"]
-
-RUN_DIR_ENV = "ATTNKIT_RUN_DIR"  # shared with the processes Lightning's DDP launcher starts
+__all__ = ["LoadedRun", "TrainResult", "build_module", "evaluate", "fit", "load_run", "resolve_checkpoint"]
 
 
 @dataclass
@@ -42,6 +40,8 @@ class TrainResult:
     run_dir: Path
     wall_time_s: float = 0.0
     best_checkpoint: Path | None = None
+    # Whether this process is the first of the run (global rank 0): the one that writes its files.
+    is_global_zero: bool = True
 
     @property
     def model(self) -> torch.nn.Module:
@@ -50,7 +50,7 @@ class TrainResult:
 
 @dataclass
 class LoadedRun:
-    task: Task
+    task: Task[Any]
     config: TaskConfig
     module: TaskModule
     checkpoint: Path
@@ -81,13 +81,27 @@ def _quiet_lightning() -> None:
     )
 
 
-def is_rank_zero() -> bool:
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+class RunFolder(Callback):
+    """Agrees on the run folder and writes its ``config.yaml``, once the processes of a run can talk.
+
+    Each process of a multi-process run (Lightning's DDP launcher, or ``torchrun`` on several
+    machines, where every machine starts on its own) picks a folder name; the first process's
+    choice is broadcast to the others when the process group exists (``setup``), and only that
+    process (global rank 0) creates the folder and writes ``config.yaml``.
+    """
+
+    def __init__(self, path: Path, cfg: TaskConfig) -> None:
+        self.path = path
+        self.cfg = cfg
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.path = Path(trainer.strategy.broadcast(str(self.path), src=0))
+        if trainer.is_global_zero:
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def _new_run_dir(task: Task, cfg: TaskConfig) -> Path:
-    if os.environ.get(RUN_DIR_ENV):
-        return Path(os.environ[RUN_DIR_ENV])
+def _new_run_dir(task: Task[Any], cfg: TaskConfig) -> Path:
     root = Path(cfg.output_dir) / task.name
     name = cfg.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = root / name
@@ -129,8 +143,27 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
     )
 
 
+def build_module(task: Task[C], cfg: C, datamodule: Any, *, init_weights: bool = True) -> TaskModule:
+    """The module a new run of ``task`` trains, once ``datamodule`` is set up: its model from
+    :meth:`Task.model_spec`, every hyper-parameter a checkpoint needs to rebuild it, and (with
+    ``init_weights``) its starting weights from :meth:`Task.init_weights` (e.g. pretrained ones)."""
+    spec = task.model_spec(cfg, datamodule)
+    artifacts = datamodule.artifacts() if hasattr(datamodule, "artifacts") else {}
+    module = task.module_cls(
+        task=task.name,
+        config=cfg.model_dump(mode="json"),
+        model={"name": spec.name, "config": spec.config},
+        artifacts=artifacts,
+        num_classes=spec.num_classes,
+        attnkit_version=__version__,
+    )
+    if init_weights:
+        task.init_weights(module, cfg)
+    return module
+
+
 def fit(
-    task: Task,
+    task: Task[Any],
     cfg: TaskConfig,
     *,
     resume: str | Path | None = None,
@@ -160,37 +193,12 @@ def fit(
             stale.unlink(missing_ok=True)
     else:
         run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(task, cfg)
-    inherited = os.environ.get(RUN_DIR_ENV)
-    os.environ[RUN_DIR_ENV] = str(run_dir)  # the processes a DDP launcher starts write to the same run
-    try:
-        return _fit_in(task, cfg, run_dir, ckpt_path, start, list(callbacks or []))
-    finally:
-        if inherited is None:
-            os.environ.pop(RUN_DIR_ENV, None)
-
-
-def _fit_in(
-    task: Task, cfg: TaskConfig, run_dir: Path, ckpt_path: Path | None, start: float, extra: list[Callback]
-) -> TrainResult:
 
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
-    model_name, model_config, num_classes = task.model_spec(cfg, datamodule)
-    artifacts = datamodule.artifacts() if hasattr(datamodule, "artifacts") else {}
-    module = task.module_cls(
-        task=task.name,
-        config=cfg.model_dump(mode="json"),
-        model={"name": model_name, "config": model_config},
-        artifacts=artifacts,
-        num_classes=num_classes,
-        attnkit_version=attnkit.__version__,
-    )
-    if ckpt_path is None:
-        task.init_weights(module, cfg)  # e.g. pretrained weights; a resumed run has its own
-    if is_rank_zero():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    module = build_module(task, cfg, datamodule, init_weights=ckpt_path is None)  # a resumed run has its weights
 
+    folder = RunFolder(run_dir, cfg)
     ckpt_dir = run_dir / "checkpoints"
     best = ModelCheckpoint(
         dirpath=ckpt_dir,
@@ -202,7 +210,7 @@ def _fit_in(
         enable_version_counter=False,
         auto_insert_metric_name=False,
     )
-    callbacks: list[Callback] = [best, LearningRateMonitor(logging_interval="step"), *extra]
+    callbacks: list[Callback] = [folder, best, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
     if cfg.trainer.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(ckpt_dir / "last.ckpt", cfg.trainer.checkpoint_every_n_steps))
     if cfg.trainer.early_stopping_patience:
@@ -214,6 +222,7 @@ def _fit_in(
     ]
     trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=loggers)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    run_dir = folder.path  # the first process's choice, on every process
 
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
     val = trainer.validate(module, datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
@@ -226,7 +235,14 @@ def _fit_in(
             run_dir / "metrics.json",
             {"task": task.name, "metrics": metrics, "best_checkpoint": str(best_path), "epochs": trainer.current_epoch},
         )
-    return TrainResult(module=module, metrics=metrics, run_dir=run_dir, wall_time_s=wall, best_checkpoint=best_path)
+    return TrainResult(
+        module=module,
+        metrics=metrics,
+        run_dir=run_dir,
+        wall_time_s=wall,
+        best_checkpoint=best_path,
+        is_global_zero=trainer.is_global_zero,
+    )
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
@@ -244,42 +260,54 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
     return path, run_dir
 
 
-def _check_task(checkpoint: dict[str, Any], task: Task | None, path: Path) -> dict[str, Any]:
+def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) -> dict[str, Any]:
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, dict) or "task" not in hparams or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not an attnkit checkpoint (no attnkit hyper-parameters or weights)")
     if task is not None and hparams["task"] != task.name:
         raise CheckpointError(f"{path} is a checkpoint of task {hparams['task']!r}, not {task.name!r}")
     major = str(hparams.get("attnkit_version", "0")).split(".")[0]
-    if major != attnkit.__version__.split(".")[0]:
+    if major != __version__.split(".")[0]:
         raise CheckpointError(
-            f"{path} was written by attnkit {hparams.get('attnkit_version')}, incompatible with {attnkit.__version__}"
+            f"{path} was written by attnkit {hparams.get('attnkit_version')}, incompatible with {__version__}"
         )
     return hparams
 
 
-def load_run(path: str | Path) -> LoadedRun:
-    """Rebuild a trained module from a run folder or checkpoint file alone."""
-    from attnkit.tasks import get_task
+def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
+    """Rebuild a trained module from a run folder or checkpoint file alone.
 
+    ``tasks``: the task the run must be of, or the tasks it may be of by name (a registry such as
+    :data:`attnkit.tasks.TASKS`; :func:`attnkit.tasks.load_run` passes that one).
+    """
     ckpt, run_dir = resolve_checkpoint(path)
     checkpoint = load_checkpoint_file(ckpt)
     hparams = _check_task(checkpoint, None, ckpt)
-    task = get_task(hparams["task"])
-    cfg = validate_config(task.config_cls, hparams["config"], source=f"config stored in {ckpt}")
+    name = hparams["task"]
+    if isinstance(tasks, Task):
+        if name != tasks.name:
+            raise CheckpointError(
+                f"{ckpt} is a run of task {name!r}; this needs a run of task {tasks.name!r} "
+                "(use `attnkit predict` for other tasks)"
+            )
+        task = tasks
+    elif name in tasks:
+        task = tasks[name]
+    else:
+        raise CheckpointError(f"{ckpt} is a run of task {name!r}, which is not one of the tasks {sorted(tasks)}")
+    cfg = task.config(hparams["config"], source=f"config stored in {ckpt}")
     try:
         module = task.module_cls(**hparams)
         module.load_state_dict(checkpoint["state_dict"])
     except (RuntimeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{ckpt} does not fit the model it describes: {err}") from err
     module.eval()
-    return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)  # type: ignore[arg-type]
+    return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)
 
 
-def evaluate(path: str | Path) -> dict[str, float]:
-    """Test a trained run on its task's test split; returns the test metrics."""
+def evaluate(run: LoadedRun) -> dict[str, float]:
+    """Test a trained run (:func:`load_run`) on its task's test split; returns the test metrics."""
     _quiet_lightning()
-    run = load_run(path)
     datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
     trainer = _trainer(run.config, Path(run.run_dir or "."), callbacks=[], logger=False)
     result = trainer.test(run.module, datamodule=datamodule, verbose=False)

@@ -1,0 +1,123 @@
+"""The task contract: what the runner (:mod:`attnkit.training.runner`) needs of a task.
+
+A task (:mod:`attnkit.tasks` holds the ready-made ones) is a :class:`Task` over its config class:
+``class ReverseTask(Task[ReverseConfig])`` with ``config_cls = ReverseConfig``. It builds its data
+module, says which model to build (a :class:`ModelSpec`), which :class:`~attnkit.training.module.TaskModule`
+trains it (the module declares its metrics) and which logged metric picks the best checkpoint
+(``monitor``). The runner is given tasks and never imports :mod:`attnkit.tasks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import lightning as L
+from pydantic import Field
+from torch import Tensor
+
+from attnkit.config import validate_config
+from attnkit.config import StrictModel
+from attnkit.training.config import OptimConfig, TrainerConfig
+from attnkit.training.module import TaskModule
+
+__all__ = ["AttentionExample", "ModelSpec", "Task", "TaskConfig"]
+
+
+class TaskConfig(StrictModel):
+    """Sections every task has; tasks add ``model`` and ``data``."""
+
+    seed: int = Field(42, description="seeds Python, NumPy and torch (and data-loader workers)")
+    output_dir: str = Field("runs", description="runs are written to <output_dir>/<task>/<run-id>/")
+    name: str | None = Field(
+        None, description="run id (default: a timestamp; several machines agree on the first process's one)"
+    )
+    optim: OptimConfig = OptimConfig()
+    trainer: TrainerConfig = TrainerConfig()
+
+
+C = TypeVar("C", bound=TaskConfig)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model a task trains, once its data module is set up.
+
+    ``name``: a model registry name (:data:`attnkit.models.MODELS`); ``config``: that model's full
+    config as JSON-able values (stored in every checkpoint, so the model can be rebuilt from it);
+    ``num_classes``: how many classes the model's outputs choose between, for the module's
+    class metrics (e.g. accuracy); None when the task has none.
+    """
+
+    name: str
+    config: dict[str, Any]
+    num_classes: int | None = None
+
+
+class Task(Generic[C]):
+    """A ready-made experiment over config class ``C``. Subclasses set the class attributes and
+    implement the methods."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    config_cls: type[C]
+    module_cls: ClassVar[type[TaskModule]]
+    # The metric that picks the best checkpoint (and early stopping): (logged name, "max" or "min").
+    # It must be one the module logs (``<stage>/loss`` or ``<stage>/<name>`` of its metrics()).
+    monitor: ClassVar[tuple[str, str]] = ("val/acc", "max")
+
+    def config(self, data: dict[str, Any], *, source: str = "config") -> C:
+        """``data`` validated into this task's config class (a :class:`~attnkit.errors.ConfigError` naming
+        every bad key otherwise)."""
+        cfg = validate_config(self.config_cls, data, source=source)
+        assert isinstance(cfg, self.config_cls)
+        return cfg
+
+    def build_datamodule(self, cfg: C, artifacts: dict[str, Any] | None = None) -> L.LightningDataModule:
+        """The task's data module; ``artifacts`` (from a checkpoint) restore e.g. its vocabulary."""
+        raise NotImplementedError
+
+    def model_spec(self, cfg: C, datamodule: Any) -> ModelSpec:
+        """The model to train, once the data module is set up (its vocabulary, classes... are known)."""
+        raise NotImplementedError
+
+    def init_weights(self, module: TaskModule, cfg: C) -> None:
+        """Start a new run's model from existing weights (e.g. a pretrained encoder); called once the
+        module is built, never when resuming. By default the model keeps its random initialisation."""
+
+    def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
+        """Turn user inputs (command-line strings) into printable predictions."""
+        raise NotImplementedError
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """The attention weights of the trained model for each of ``texts`` (inputs written as for
+        :meth:`predict`), then for each validation example of ``indices``: what ``attnkit plot
+        attention`` and the run report draw."""
+        raise NotImplementedError(
+            f"task {self.name!r} cannot plot attention maps yet: it needs an attention_examples() method "
+            "(see ReverseTask.attention_examples in attnkit/tasks/reverse.py)"
+        )
+
+
+@dataclass
+class AttentionExample:
+    """One input's attention weights, ready to plot.
+
+    ``maps``: per layer ``[H, Tq, Tk]`` (rows are queries; each row sums to 1 over the keys it may
+    attend to). ``query_labels`` / ``key_labels`` name the ``Tq`` / ``Tk`` positions (input tokens,
+    or set positions); ``query_axis`` / ``key_axis`` name the axes. ``probabilities`` and ``target``:
+    per-position predicted probabilities and the true position, for tasks that point at a position
+    (the anomaly task).
+    """
+
+    maps: list[Tensor]
+    query_labels: list[str]
+    key_labels: list[str]
+    title: str
+    query_axis: str = "query"
+    key_axis: str = "key"
+    probabilities: list[float] | None = None
+    target: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
