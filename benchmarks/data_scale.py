@@ -50,7 +50,6 @@ t0 = time.perf_counter()
 import torch
 from attnkit.api import build_config
 from attnkit.tasks import get_task
-from attnkit.training.module import TaskModule
 t_import = time.perf_counter() - t0
 torch.set_num_threads(1)
 path, cache, tokenizer = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -62,9 +61,9 @@ dm = task.build_datamodule(cfg)
 dm.prepare_data()
 t_prepare = time.perf_counter() - t1
 dm.setup("fit")
-name, model_cfg, _ = task.model_spec(cfg, dm)
+spec = task.model_spec(cfg, dm)
 from attnkit.models import build_model
-model = build_model(name, model_cfg)
+model = build_model(spec.name, spec.config)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 inputs, targets = next(iter(dm.train_dataloader()))
 logits = model(inputs)
@@ -78,7 +77,7 @@ print(json.dumps({"import_s": t_import, "prepare_s": t_prepare, "setup_s": t_set
 
 def make_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
     """Write about ``megabytes`` MB of grammar documents separated by blank lines; returns the bytes."""
-    from attnkit.data.lm import generate_grammar_corpus
+    from attnkit.data.generators.grammar import generate_grammar_corpus
 
     pool = [d.encode() for d in generate_grammar_corpus(20000, seed=seed)]
     rng = random.Random(seed)
@@ -103,7 +102,8 @@ def run_child(path: Path, cache: Path, tokenizer: str) -> dict:
 
 def tokenize_rates(workdir: Path, rounds: int) -> dict:
     """MB/s of the cache encoder vs one encode per document into lists of ints (attnkit 0.1)."""
-    from attnkit.data.lm import _fast_encoder, generate_grammar_corpus
+    from attnkit.data.generators.grammar import generate_grammar_corpus
+    from attnkit.data.lm import _fast_encoder
     from attnkit.data.tokenizers import build_tokenizer
 
     pool = generate_grammar_corpus(20000, seed=1)
@@ -147,7 +147,9 @@ def main() -> int:
     parser.add_argument("--gb", action="store_true", help="also 1000 MB when the disk has room")
     parser.add_argument("--rounds", type=int, default=6, help="warm runs per size and tokenization rounds")
     parser.add_argument("--tokenizer", default="char", choices=["char", "word", "bpe"])
-    parser.add_argument("--workdir", type=Path, default=None, help="where the corpora and caches go (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where the corpora and caches go (default: a temp dir)"
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     sizes = list(args.sizes)

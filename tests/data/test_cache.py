@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from attnkit.data.cache import MANIFEST, TokenCache, cache_root
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig, _fast_encoder, read_corpus
+from attnkit.data.lm import LanguageModelDataModule, LMDataConfig, _fast_encoder
+from attnkit.data.readers.text_files import read_corpus
 from attnkit.data.tokenizers import build_tokenizer
 
 

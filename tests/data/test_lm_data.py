@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm import (
     IGNORE_INDEX,
     LanguageModelDataModule,
     LMDataConfig,
-    generate_grammar_corpus,
     pack_documents,
-    read_corpus,
-    split_documents,
 )
+from attnkit.data.readers.text_files import read_corpus, split_documents
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer
 
 

@@ -7,16 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
 from attnkit.data.pairs import (
     PairsDataConfig,
     PairsDataModule,
-    english_number,
-    number_pairs,
-    read_pairs,
-    spanish_number,
     split_pairs,
     tokenizers_from_artifacts,
 )
+from attnkit.data.readers.pairs import read_pairs
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # ---------------------------------------------------------------------- numbers
@@ -105,7 +103,7 @@ def test_built_in_pairs_are_distinct_deterministic_and_correct():
         "They sold thirty-one glasses yesterday.": "Ellos vendieron treinta y un vasos ayer.",
         "My brother has five hundred pencils.": "Mi hermano tiene quinientos lápices.",
     }
-    from attnkit.data.pairs import _NOUNS, _TEMPLATES, _number_sentence
+    from attnkit.data.generators.numbers import _NOUNS, _TEMPLATES, _number_sentence
 
     generated = {}
     for n in (1, 2, 21, 31, 201, 500):

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.splits import stratified_split
 from attnkit.data.text import (
     PAD,
     UNK,
@@ -17,11 +19,9 @@ from attnkit.data.text import (
     TextClassificationDataModule,
     TextSplits,
     collate_text_batch,
-    generate_synthetic_corpus,
     load_imdb,
     load_splits,
     load_table,
-    stratified_split,
 )
 from attnkit.data.tokenizers import build_tokenizer, tokenizer_from_dict
 
@@ -264,7 +264,7 @@ def test_synthetic_corpus_is_deterministic_and_balanced() -> None:
 
 def test_synthetic_label_is_a_function_of_the_text() -> None:
     """Recompute each label from the text: majority polarity of the opinions, negation flips."""
-    from attnkit.data import text as T
+    from attnkit.data.generators import reviews as T
 
     pos, neg = set(T._POSITIVE), set(T._NEGATIVE)
     negators = {"not", "never", "hardly", "from"}

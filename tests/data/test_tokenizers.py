@@ -288,7 +288,7 @@ def test_bpe_same_ids_as_legacy():
 
 
 def test_text_same_vocabulary_and_ids_as_legacy_word_tokenizer():
-    from attnkit.data.text import generate_synthetic_corpus
+    from attnkit.data.generators.reviews import generate_synthetic_corpus
 
     texts = generate_synthetic_corpus(300, seed=1)[0] + ["I didn't LIKE it.<br /><br />Really!<BR>ok don\u2019t `x`"]
     old = legacy.WordTokenizer.build(texts, max_size=150, min_freq=2)

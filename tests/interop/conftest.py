@@ -13,7 +13,7 @@ import pytest
 import torch
 from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
 
-from attnkit.data.text import generate_synthetic_corpus
+from attnkit.data.generators.reviews import generate_synthetic_corpus
 
 # The tests run the real `attnkit` command with tests/training/cli_helpers.run_cli.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))

@@ -13,7 +13,7 @@ from cli_helpers import run_cli
 import attnkit
 from attnkit.api import build_config
 from attnkit.config import ConfigError
-from attnkit.data.pairs import english_number, spanish_number
+from attnkit.data.generators.numbers import english_number, spanish_number
 from attnkit.data.tokenizers import tokenizer_from_dict
 from attnkit.errors import CheckpointError
 from attnkit.tasks import load_run

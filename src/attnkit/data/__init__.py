@@ -1,5 +1,6 @@
 """Tokenizers, datasets and data modules; real file formats, tested on small generated files."""
 
+from attnkit.data.generators.reverse import reverse_sequences
 from attnkit.data.sets import (
     AnomalyDataConfig,
     ItemFeatures,
@@ -7,7 +8,7 @@ from attnkit.data.sets import (
     SetAnomalyDataset,
     load_item_features,
 )
-from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, reverse_sequences
+from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule
 from attnkit.data.text import (
     PAD,
     UNK,

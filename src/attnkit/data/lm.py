@@ -15,13 +15,9 @@ Batches are ``(inputs [B, L] int64, targets [B, L] int64)``. Nothing is download
 
 from __future__ import annotations
 
-import codecs
-import glob
 import hashlib
 import itertools
 import math
-import random
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,6 +40,8 @@ from attnkit.data.cache import (
     open_or_build,
     token_dtype,
 )
+from attnkit.data.generators.grammar import generate_grammar_corpus
+from attnkit.data.readers.text_files import corpus_files, iter_documents, read_corpus, split_documents
 from attnkit.data.splits import SPLITS, TRAIN, fraction_split
 from attnkit.data.synthetic import identity_collate
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
@@ -110,211 +108,6 @@ class LMDataConfig(DataConfig):
                 f"a bpe vocabulary needs vocab_size >= 260 (4 specials + 256 bytes), got {self.vocab_size}"
             )
         return self
-
-
-# ====================================================================== reading
-def read_corpus(path: str | Path, split_on: str = "blank_line") -> list[str]:
-    """The documents of a UTF-8 text file, a folder of ``*.txt`` files or a glob, as a list (a leading
-    BOM is ignored; ``\\r\\n`` reads as ``\\n``); the data module streams them instead (:func:`iter_documents`).
-
-    ``split_on="blank_line"``: documents are separated by blank (or whitespace-only) lines and keep
-    their inner line breaks; ``"line"``: every non-blank line is a document. Surrounding
-    whitespace of each document is removed. Errors: a missing file, bytes that are not UTF-8 (the
-    message gives the line and byte offset), and a corpus without any text.
-    """
-    docs = list(iter_documents(corpus_files(str(path)), split_on))
-    if not docs:
-        raise ValueError(f"{path}: the corpus is empty (no non-blank text); nothing to train on")
-    return docs
-
-
-def split_documents(text: str, split_on: str = "blank_line") -> list[str]:
-    """Documents of ``text`` (see :func:`read_corpus`); blank documents are dropped."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if split_on == "blank_line":
-        parts = re.split(r"\n[^\S\n]*\n", text)
-    elif split_on == "line":
-        parts = text.split("\n")
-    else:
-        raise ValueError(f"split_on must be 'blank_line' or 'line', got {split_on!r}")
-    return [p.strip() for p in parts if p.strip()]
-
-
-def corpus_files(source: str) -> list[Path]:
-    """The text files of ``data.source``: a file, a folder (its ``*.txt`` files, recursively) or a
-    glob (``"corpus/*.txt"``), in sorted path order."""
-    path = Path(source).expanduser()
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise ValueError(f"data.source={source!r} is a folder without *.txt files; give a text file or a glob")
-        return files
-    if any(c in source for c in "*?["):
-        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-        if not files:
-            raise FileNotFoundError(f"data.source={source!r}: no file matches this glob")
-        return files
-    raise FileNotFoundError(f"data.source: text file {path} does not exist (or use data.source=grammar)")
-
-
-_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
-
-
-def iter_documents(paths: list[Path], split_on: str = "blank_line", chunk_bytes: int = 1 << 22) -> Iterator[str]:
-    """The documents of ``paths`` (as :func:`read_corpus`), streamed: files are read ``chunk_bytes``
-    at a time, so memory does not grow with the corpus."""
-    if split_on not in ("blank_line", "line"):
-        raise ValueError(f"split_on must be 'blank_line' or 'line', got {split_on!r}")
-    for path in paths:
-        decoder = codecs.getincrementaldecoder("utf-8-sig")()
-        carry, offset, lines, line_start = "", 0, 0, 0
-        with path.open("rb") as f:
-            while True:
-                raw = f.read(chunk_bytes)
-                try:
-                    text = decoder.decode(raw, final=not raw)
-                except UnicodeDecodeError as err:
-                    at = offset + err.start
-                    line = lines + raw.count(b"\n", 0, err.start) + 1
-                    nl = raw.rfind(b"\n", 0, err.start)
-                    column = err.start - nl if nl >= 0 else at - line_start + 1
-                    raise ValueError(
-                        f"{path}:{line}: not valid UTF-8 at byte offset {at} (line {line}, byte {column} of the line: "
-                        f"{raw[err.start : err.start + 4]!r}); save the file as UTF-8, "
-                        f"e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed.txt`"
-                    ) from None
-                lines += raw.count(b"\n")
-                nl = raw.rfind(b"\n")
-                line_start = offset + nl + 1 if nl >= 0 else line_start
-                offset += len(raw)
-                text = (carry + text).replace("\r\n", "\n")
-                if raw and text.endswith("\r"):  # a "\r\n" may straddle two chunks
-                    text, tail = text[:-1], "\r"
-                else:
-                    tail = ""
-                text = text.replace("\r", "\n")
-                parts = _BLANK_LINE.split(text) if split_on == "blank_line" else text.split("\n")
-                carry = (parts.pop() if raw else "") + tail
-                for part in parts:
-                    part = part.strip()
-                    if part:
-                        yield part
-                if not raw:
-                    break
-
-
-# ====================================================================== built-in corpus
-_NOUNS = (
-    ("cat", "cats"), ("dog", "dogs"), ("bird", "birds"), ("fox", "foxes"), ("owl", "owls"), ("mouse", "mice"),
-    ("child", "children"), ("teacher", "teachers"), ("farmer", "farmers"), ("robot", "robots"),
-    ("king", "kings"), ("girl", "girls"), ("boy", "boys"), ("elephant", "elephants"),
-)  # fmt: skip
-_NAMES = ("Anna", "Ben", "Clara", "David", "Elena", "Felix", "Omar", "Ivy")
-_ADJECTIVES = ("small", "big", "old", "young", "happy", "clever", "lazy", "brown", "quiet", "angry", "hungry")
-# (3rd person singular, plural/base, past)
-_TRANSITIVE = (
-    ("sees", "see", "saw"), ("likes", "like", "liked"), ("chases", "chase", "chased"),
-    ("follows", "follow", "followed"), ("finds", "find", "found"), ("watches", "watch", "watched"),
-    ("helps", "help", "helped"), ("feeds", "feed", "fed"),
-)  # fmt: skip
-_INTRANSITIVE = (
-    ("sleeps", "sleep", "slept"), ("runs", "run", "ran"), ("sings", "sing", "sang"), ("waits", "wait", "waited"),
-    ("smiles", "smile", "smiled"), ("laughs", "laugh", "laughed"), ("hides", "hide", "hid"),
-)  # fmt: skip
-_ADVERBS = ("quietly", "quickly", "happily", "again", "all day", "at night")
-_PLACES = ("the garden", "the river", "the old house", "the forest", "the market", "the school", "the barn")
-_PREPOSITIONS = ("in", "near", "behind")
-_SG_DETERMINERS = ("the", "the", "a", "this", "that", "every")
-_PL_DETERMINERS = ("the", "the", "some", "these", "those", "many", "two", "three")
-
-
-class _Grammar:
-    """A small probabilistic grammar of English sentences with subject-verb agreement."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    def noun_phrase(self, plural: bool, depth: int = 0) -> str:
-        r = self.rng
-        if not plural and r.random() < 0.2:
-            return r.choice(_NAMES)
-        det = r.choice(_PL_DETERMINERS if plural else _SG_DETERMINERS)
-        words = [r.choice(_ADJECTIVES)] if r.random() < 0.4 else []
-        words.append(r.choice(_NOUNS)[1 if plural else 0])
-        if det == "a" and words[0][0] in "aeiou":
-            det = "an"
-        phrase = f"{det} {' '.join(words)}"
-        if depth == 0 and r.random() < 0.15:  # a relative clause, agreeing with the noun
-            phrase += " that " + self.verb_phrase(plural, "present", depth + 1)
-        return phrase
-
-    def subject(self) -> tuple[str, bool]:
-        r = self.rng
-        if r.random() < 0.1:
-            return f"{r.choice(_NAMES)} and {r.choice(_NAMES)}", True
-        plural = r.random() < 0.45
-        return self.noun_phrase(plural), plural
-
-    def verb_phrase(self, plural: bool, tense: str, depth: int = 0) -> str:
-        r = self.rng
-        index = {"present": 1 if plural else 0, "past": 2, "base": 1}[tense]
-        if r.random() < 0.6:
-            verb = r.choice(_TRANSITIVE)[index]
-            phrase = f"{verb} {self.noun_phrase(r.random() < 0.4, depth + 1)}"
-        else:
-            phrase = r.choice(_INTRANSITIVE)[index]
-            if r.random() < 0.4:
-                phrase += " " + r.choice(_ADVERBS)
-        if r.random() < 0.3:
-            phrase += f" {r.choice(_PREPOSITIONS)} {r.choice(_PLACES)}"
-        return phrase
-
-    def clause(self, tense: str) -> str:
-        subject, plural = self.subject()
-        return f"{subject} {self.verb_phrase(plural, tense)}"
-
-    def sentence(self, tense: str) -> str:
-        r = self.rng
-        x = r.random()
-        if x < 0.55:
-            s = self.clause(tense) + "."
-        elif x < 0.75:
-            s = f"{self.clause(tense)}, {r.choice(('and', 'but'))} {self.clause(tense)}."
-        elif x < 0.87:
-            s = f"when {self.clause(tense)}, {self.clause(tense)}."
-        else:
-            subject, plural = self.subject()
-            aux = "did" if tense == "past" else ("do" if plural else "does")
-            s = f"{aux} {subject} {self.verb_phrase(plural, 'base')}?"
-        return s[0].upper() + s[1:]
-
-
-def generate_grammar_corpus(n: int, seed: int = 42) -> list[str]:
-    """``n`` short documents from a small probabilistic grammar of English (no download).
-
-    **What it is.** Each document has 1-4 sentences, all in the present or all in the past tense:
-    statements ("The hungry fox chased two birds near the river."), two clauses joined by "and" or
-    "but", "When ..., ..." sentences and yes/no questions ("Does the old owl sleep?"), built
-    from 14 nouns, 8 names, 11 adjectives, 15 verbs, places and adverbs, with subject-verb agreement
-    (singular/plural, irregular plurals and past tenses, "a"/"an", "does"/"do"/"did" + base
-    form) and relative clauses ("the dogs that chase a cat"). Fully determined by ``seed``.
-
-    **What it can show.** That a language model learns structure beyond character frequencies:
-    spelling, the vocabulary, agreement across a few words, capitalisation after a full stop; its
-    bits per character fall far below the unigram entropy. **What it cannot show.** Anything about
-    real text: the vocabulary is tiny and the grammar has no meaning, topic or long-range structure.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"generate_grammar_corpus: n must be an int >= 1, got {n!r}")
-    rng = random.Random(seed)
-    grammar = _Grammar(rng)
-    docs = []
-    for _ in range(n):
-        tense = "past" if rng.random() < 0.5 else "present"
-        docs.append(" ".join(grammar.sentence(tense) for _ in range(rng.randint(1, 4))))
-    return docs
 
 
 # ====================================================================== packing
