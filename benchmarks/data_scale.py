@@ -183,8 +183,9 @@ def main() -> int:
             }
             rows.append(row)
             print(
-                f"{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, build {row['cold_build_mbs']:5.1f} MB/s, "
-                f"peak RSS {row['cold_rss_gb']:.2f} GB | warm: setup {row['warm_setup_s']:.2f} s (median of {args.rounds}), "
+                f"{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, "
+                f"build {row['cold_build_mbs']:5.1f} MB/s, peak RSS {row['cold_rss_gb']:.2f} GB | "
+                f"warm: setup {row['warm_setup_s']:.2f} s (median of {args.rounds}), "
                 f"peak RSS {row['warm_rss_gb']:.2f} GB | imports {row['import_s']:.1f} s | load {row['load']:.1f}"
             )
             if max(row["cold_rss_gb"], row["warm_rss_gb"]) > RSS_LIMIT_GB:
