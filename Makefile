@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup browser train test lint bench
+.PHONY: setup browser postgres train test lint bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,7 +26,17 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "note: no chromium found and cannot install it; the browser test of report.html will not run"; fi; }
 
-test: setup browser
+# The shared tuning study is tested against a real PostgreSQL server: Debian's packages, installed
+# here when missing (as root, with apt-get); the test starts a throw-away server on 127.0.0.1 from
+# them and stops it. Elsewhere that one test says why it cannot run.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's postgresql for the shared tuning study test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "note: no PostgreSQL found and cannot install it; the shared-study test on PostgreSQL will not run"; fi; }
+
+test: setup browser postgres
 	$(PY) -m pytest -q
 
 lint: setup

@@ -1,8 +1,8 @@
-"""Benchmark: TPE against random search on the reverse task, same trial budget and same seeds.
+"""Benchmark: TPE and a Gaussian-process (Kriging) sampler against random search on the reverse task.
 
 Run::
 
-    .venv/bin/python benchmarks/tuning.py                    # 3 seeds x 16 trials per sampler
+    .venv/bin/python benchmarks/tuning.py                    # 3 seeds x 16 trials per sampler (random, TPE, GP)
     .venv/bin/python benchmarks/tuning.py --seeds 0 1 2 3 4 --trials 24
     .venv/bin/python benchmarks/tuning.py --quick            # tiny data, 1 seed, 3 trials: a smoke test
     .venv/bin/python benchmarks/tuning.py --json out.json
@@ -11,14 +11,15 @@ Each (sampler, seed) pair is one study of ``attnkit.tune("reverse", space=exampl
 ...)`` -- the real tuning code path, in this process, one torch thread -- with ``--trials`` trials
 (rejected samples, where ``num_heads`` does not divide ``d_model``, are not trained and not counted),
 no pruner (so that both samplers get exactly the same training budget per trial), and the sampler
-seeded with the seed. TPE draws its first ``--startup`` trials at random from the same seeds as the
-random sampler, so both studies start from the same trials (the number they share is printed;
-rejected samples count toward TPE's start-up) and differ only in what TPE makes of them. The
+seeded with the seed, one torch thread. TPE and GP (Optuna's ``GPSampler``, the Kriging surrogate of
+``--sampler gp``) draw their first ``--startup`` trials at random from the same seeds as the random
+sampler, so the studies of one seed start from the same trials (the number they share is printed;
+rejected samples count toward TPE's start-up) and differ in what the model makes of them. The
 training config is the reverse task's with a smaller budget per trial (``--train-size`` sequences
 of length ``--seq-len``, ``--epochs`` epochs); its training seed is the same in every trial. The
 figure compared is the best validation accuracy found (``val/acc`` of the best checkpoint of the
-best trial), per seed and as a mean, and the best found after k trials; also the mean accuracy of
-the trials after the start-up (how much of the budget each sampler spends on good configs).
+best trial) after half and all of the trials, per seed and as a mean; also the mean accuracy of the
+trials after the start-up (how much of the budget each sampler spends on good configs).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=None, help="trials per study (default 16; 3 with --quick)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="sampler seeds (default 0 1 2; 0 with --quick)")
-    p.add_argument("--startup", type=int, default=None, help="TPE's random startup trials (default 5; 2 with --quick)")
+    p.add_argument("--startup", type=int, default=None, help="random start of TPE/GP (default 5; 2 --quick)")
     p.add_argument("--epochs", type=int, default=None, help="epochs per trial (default 2; 1 with --quick)")
     p.add_argument("--train-size", type=int, default=None, help="training sequences (default 4000; 600 --quick)")
     p.add_argument("--seq-len", type=int, default=12, help="sequence length (default 12; the task's default is 16)")
@@ -113,14 +114,18 @@ def _pct(value: float | None) -> str:
     return f"{100 * value:.2f} %" if value is not None and value == value and value > float("-inf") else "-"
 
 
+SAMPLERS = ("random", "tpe", "gp")
+LABELS = {"random": "random", "tpe": "TPE", "gp": "GP"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load_start = os.getloadavg()
-    print(f"TPE vs random search: reverse task, space {args.space}")
+    print(f"TPE and GP (Kriging) against random search: reverse task, space {args.space}")
     print(
-        f"{args.trials} trials per study, seeds {args.seeds}, TPE startup {args.startup}, no pruner; "
+        f"{args.trials} trials per study, seeds {args.seeds}, TPE/GP startup {args.startup}, no pruner; "
         f"{args.train_size} training sequences of length {args.seq_len}, {args.epochs} epoch(s) per trial; "
         "1 torch thread; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="attnkit-tune-bench-") as tmp:
         for seed in args.seeds:
-            for sampler in ("random", "tpe"):
+            for sampler in SAMPLERS:
                 r = run_study(sampler, seed, args, Path(tmp))
                 results.append(r)
                 print(
@@ -140,62 +145,57 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     by = {(r["sampler"], r["seed"]): r for r in results}
+    marks = sorted({k for k in (args.trials // 2, args.trials) if k >= 1})
 
-    print("\n| seed | random: best val/acc | TPE: best val/acc | random: time (s) | TPE: time (s) |")
-    print("|---|---|---|---|---|")
+    def best_after(sampler: str, seed: int, k: int) -> float:
+        return by[(sampler, seed)]["best_so_far"][k - 1]
+
+    cols = [f"{LABELS[s]}: best after {k}" for k in marks for s in SAMPLERS]
+    print("\n| seed | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
     for seed in args.seeds:
-        rnd, tpe = by[("random", seed)], by[("tpe", seed)]
-        print(f"| {seed} | {_pct(rnd['best'])} | {_pct(tpe['best'])} | {rnd['wall_s']:.0f} | {tpe['wall_s']:.0f} |")
-    means = {}
-    for sampler in ("random", "tpe"):
-        bests = [by[(sampler, s)]["best"] for s in args.seeds if by[(sampler, s)]["best"] is not None]
-        means[sampler] = statistics.mean(bests) if bests else None
-    rnd_time = sum(by[("random", s)]["wall_s"] for s in args.seeds)
-    tpe_time = sum(by[("tpe", s)]["wall_s"] for s in args.seeds)
-    print(f"| mean | {_pct(means['random'])} | {_pct(means['tpe'])} | {rnd_time:.0f} (sum) | {tpe_time:.0f} (sum) |")
+        cells = [_pct(best_after(s, seed, k)) for k in marks for s in SAMPLERS]
+        print(f"| {seed} | " + " | ".join(cells) + " |")
+    curves: dict[str, list[float]] = {
+        sampler: [statistics.mean(best_after(sampler, s, k) for s in args.seeds) for k in range(1, args.trials + 1)]
+        for sampler in SAMPLERS
+    }
+    print("| mean | " + " | ".join(_pct(curves[s][k - 1]) for k in marks for s in SAMPLERS) + " |")
+    times = {sampler: sum(by[(sampler, s)]["wall_s"] for s in args.seeds) for sampler in SAMPLERS}
+    print("wall time of the studies (s, sum over seeds): " + ", ".join(f"{LABELS[s]} {times[s]:.0f}" for s in SAMPLERS))
 
     after = {
         sampler: statistics.mean(v for s in args.seeds for v in by[(sampler, s)]["values"][args.startup :] if v == v)
         if args.trials > args.startup
         else None
-        for sampler in ("random", "tpe")
+        for sampler in SAMPLERS
     }
     print(
-        f"\nmean val/acc of the trials after the first {args.startup} (where TPE models the results), over seeds: "
-        f"random {_pct(after['random'])}, TPE {_pct(after['tpe'])}"
+        f"\nmean val/acc of the trials after the first {args.startup} (where TPE and GP model the results), over "
+        "seeds: " + ", ".join(f"{LABELS[s]} {_pct(after[s])}" for s in SAMPLERS)
     )
 
-    print("\nbest val/acc found after k trials (mean over seeds):")
-    print("| k | random | TPE |")
-    print("|---|---|---|")
-    marks = sorted({k for k in (1, args.startup, args.trials // 2, args.trials) if 1 <= k <= args.trials})
-    curves: dict[str, list[float]] = {}
-    for sampler in ("random", "tpe"):
-        curves[sampler] = [
-            statistics.mean(by[(sampler, s)]["best_so_far"][k - 1] for s in args.seeds)
-            for k in range(1, args.trials + 1)
-        ]
-    for k in marks:
-        print(f"| {k} | {_pct(curves['random'][k - 1])} | {_pct(curves['tpe'][k - 1])} |")
-
-    def shared_start(seed: int) -> int:
+    def shared_start(sampler: str, seed: int) -> int:
         n = 0
-        for a, b in zip(by[("random", seed)]["params"], by[("tpe", seed)]["params"]):
+        for a, b in zip(by[("random", seed)]["params"], by[(sampler, seed)]["params"]):
             if a != b:
                 break
             n += 1
         return n
 
-    same_start = [shared_start(s) for s in args.seeds]
-    wins = sum(
-        (by[("tpe", s)]["best"] or 0) > (by[("random", s)]["best"] or 0) for s in args.seeds
-    )  # fmt: skip
-    ties = sum(by[("tpe", s)]["best"] == by[("random", s)]["best"] for s in args.seeds)
+    same_start = {s: [shared_start(s, seed) for seed in args.seeds] for s in ("tpe", "gp")}
     print(
-        f"\ntrials identical in both studies before TPE takes over from its random start-up (per seed): {same_start}"
-        " (rejected samples count toward TPE's start-up)"
+        "\ntrials identical to random search's before the model takes over from its random start-up (per seed): "
+        f"TPE {same_start['tpe']}, GP {same_start['gp']} (rejected samples count toward TPE's start-up)"
     )
-    print(f"TPE found a better config than random search for {wins} of {len(args.seeds)} seeds ({ties} ties)")
+    wins: dict[str, int] = {}
+    for sampler in ("tpe", "gp"):
+        wins[sampler] = sum((by[(sampler, s)]["best"] or 0) > (by[("random", s)]["best"] or 0) for s in args.seeds)
+        ties = sum(by[(sampler, s)]["best"] == by[("random", s)]["best"] for s in args.seeds)
+        print(
+            f"{LABELS[sampler]} found a better config than random search for {wins[sampler]} of {len(args.seeds)} "
+            f"seeds ({ties} ties)"
+        )
     load_end = os.getloadavg()
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
@@ -214,11 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                 "load_end": load_end,
             },
             "studies": results,
-            "mean_best": means,
+            "mean_best_after_k": curves,
             "mean_after_startup": after,
-            "best_after_k": curves,
             "same_startup_trials": same_start,
-            "tpe_wins": wins,
+            "wins_over_random": wins,
         }
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     return 0

@@ -42,11 +42,13 @@ def test_quick_run_prints_every_row_and_goal(quick_run: tuple[subprocess.Complet
         assert cells[7] == "yes"  # greedy tokens identical to Hugging Face's
         assert float(cells[8]) < 1e-4  # logits agree
     goal_rows = [line for line in lines if line.rstrip().endswith(("| PASS |", "| FAIL |"))]
-    assert len(goal_rows) == 6
+    assert len(goal_rows) == 7  # the mixed-length batch's goal, then 3 per batch size
+    assert any(line.startswith("## Mixed-length batch: 8 prompts") for line in lines)
     assert "load average at start" in proc.stdout and "goals pass" in proc.stdout
     data = json.loads(json_path.read_text())
     assert data["meta"]["quick"] is True and len(data["rows"]) == 2
     assert all(p["tokens_identical_hf"] and p["tokens_identical_recompute"] for p in data["meta"]["parity"].values())
+    assert data["mixed"]["tokens_identical_hf"] and data["mixed"]["tokens_identical_alone"]
 
 
 def test_gpt2_weight_mapping_matches_hugging_face() -> None:

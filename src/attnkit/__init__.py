@@ -6,12 +6,12 @@ from typing import Any
 
 from attnkit.version import __version__
 
-__all__ = ["__version__", "load_run", "train", "tune"]
+__all__ = ["__version__", "evaluate", "load_run", "predict_file", "train", "tune"]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy: `import attnkit.nn` must not pull in Lightning.
-    if name in ("train", "load_run"):
+    if name in ("train", "load_run", "evaluate", "predict_file"):
         from attnkit import api
 
         return getattr(api, name)

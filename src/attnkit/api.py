@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,10 @@ from attnkit.config import ConfigError, load_yaml, merge
 from attnkit.tasks import get_task, load_run
 from attnkit.tasks.base import TaskConfig
 from attnkit.training.runner import TrainResult, fit
+from attnkit.training.runner import evaluate as evaluate_run
 from attnkit.viz.report import write_report
 
-__all__ = ["build_config", "load_run", "prepare", "train"]
+__all__ = ["build_config", "evaluate", "load_run", "predict_file", "prepare", "train"]
 
 
 def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +75,55 @@ def train(
     if cfg.trainer.report and result.is_global_zero:
         write_report_or_warn(result.run_dir)
     return result
+
+
+def evaluate(
+    run: str | Path,
+    data: str | Path | None = None,
+    *,
+    standardized: bool = False,
+    batch_size: int | None = None,
+    trainer: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """The test metrics of a trained run (folder or checkpoint file): on its task's test split, or
+    with ``data`` on that file, read in the task's format and prepared as the run's training data
+    (vocabulary, label names, feature standardisation). ``standardized``: ``data``'s features are
+    already standardised (tasks whose inputs are feature vectors: anomaly). ``batch_size``: default
+    the run's ``trainer.batch_size``. ``trainer``: overrides of the run's trainer section
+    (``{"devices": 1, "strategy": "auto"}`` tests a multi-process run in one process).
+    """
+    loaded = load_run(run)
+    _check_standardized(loaded.task, standardized)
+    if data is None:
+        if standardized:
+            raise ValueError("standardized=True describes a data file; it needs data=FILE")
+        return evaluate_run(loaded, trainer=trainer)
+    datamodule = loaded.task.build_eval_datamodule(
+        loaded.config,
+        loaded.hparams.get("artifacts") or {},
+        data,
+        batch_size=batch_size or loaded.config.trainer.batch_size,
+        standardized=standardized,
+    )
+    return evaluate_run(loaded, datamodule, trainer)
+
+
+def predict_file(
+    run: str | Path, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+) -> Iterator[dict[str, Any]]:
+    """One record (a JSON-able dict) per input of the file ``path`` with a trained run's prediction
+    and its probability or score; what each task reads and writes is in the README ("Your own files")."""
+    loaded = load_run(run)
+    _check_standardized(loaded.task, standardized)
+    return loaded.task.predict_file(loaded.module, path, batch_size=batch_size, standardized=standardized)
+
+
+def _check_standardized(task: Any, standardized: bool) -> None:
+    if standardized and not task.feature_inputs:
+        raise ValueError(
+            f"--standardized / standardized=True is for runs whose inputs are feature vectors (anomaly); "
+            f"this is a {task.name!r} run"
+        )
 
 
 def write_report_or_warn(run_dir: Path) -> None:

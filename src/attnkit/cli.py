@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
 
 from attnkit.config import parse_overrides
-from attnkit.errors import CheckpointError, ConfigError
+from attnkit.errors import CheckpointError, ConfigError, Preempted
+from attnkit.io import write_atomic, write_json_atomic
 
 USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
 
@@ -42,7 +46,8 @@ def tasks() -> None:
 @click.option(
     "--init",
     type=click.Path(),
-    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); = model.init=PATH.",
+    help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
+    "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
 )
 @click.option(
     "--data", "data_source", type=click.Path(), help="The data file or folder (lm: also a glob); = data.source=PATH."
@@ -80,6 +85,10 @@ def train(
     except USER_ERRORS as err:
         _fail(err)
         return
+    except Preempted as stop:  # SIGTERM / SIGUSR1: last.ckpt is saved; say how to continue, exit 128 + signal
+        if stop.is_global_zero:
+            click.secho(f"attnkit: {stop}", fg="yellow", err=True)
+        sys.exit(stop.code)
     if result.is_global_zero:  # one summary, from the first process of a multi-process run
         _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
 
@@ -121,16 +130,53 @@ def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, b
         click.echo(f"  best  {best}")
 
 
-@main.command()
+_STANDARDIZED_HELP = "anomaly: the file's features are already standardised (default: raw; the run's mean/std apply)."
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("run", type=click.Path())
-def test(run: str) -> None:
-    """Evaluate RUN (a run folder or checkpoint file) on its task's test split."""
-    from attnkit.tasks import evaluate
+@click.option("--data", "data_file", type=click.Path(), help="Score this file (in the task's format) instead.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the metrics here as JSON.")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Batch size (default: the run's).")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object, at full precision.")
+@click.pass_context
+def test(
+    ctx: click.Context,
+    run: str,
+    data_file: str | None,
+    out_file: str | None,
+    batch_size: int | None,
+    standardized: bool,
+    as_json: bool,
+) -> None:
+    """Evaluate RUN (a run folder or checkpoint file) on its task's test split, or on --data FILE.
+
+    Extra arguments override the run's trainer section, e.g. `trainer.devices=1 trainer.strategy=auto`
+    tests a multi-process run in one process.
+
+    \b
+      attnkit test runs/classify/20261122-101500 --data reviews.csv --out metrics.json
+    """
+    from attnkit.api import evaluate
 
     try:
-        metrics = evaluate(run)
+        overrides = parse_overrides(ctx.args)
+        if set(overrides) - {"trainer"}:
+            raise ConfigError(
+                f"attnkit test takes trainer.* overrides only (got {', '.join(sorted(set(overrides) - {'trainer'}))}): "
+                "the model, data and decoding are the run's"
+            )
+        metrics = evaluate(
+            run, data_file, standardized=standardized, batch_size=batch_size, trainer=overrides.get("trainer")
+        )
+        if out_file:
+            write_json_atomic(out_file, metrics)
     except USER_ERRORS as err:
         _fail(err)
+        return
+    if as_json:
+        click.echo(json.dumps(metrics, sort_keys=True))
         return
     for key, value in sorted(metrics.items()):
         click.echo(f"{key:<12} {value:.4f}")
@@ -139,22 +185,60 @@ def test(run: str) -> None:
 @main.command()
 @click.argument("run", type=click.Path())
 @click.argument("inputs", nargs=-1)
-@click.option("--file", "input_file", type=click.File("r"), help="Read one input per line ('-' for stdin).")
-def predict(run: str, inputs: tuple[str, ...], input_file: click.File | None) -> None:
-    """Predict with RUN (a run folder or checkpoint file) on INPUTS (one prediction per line)."""
-    from attnkit.tasks import load_run
+@click.option("--file", "input_file", type=click.Path(), help="Predict every input of this file ('-': stdin).")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="With --file: write the JSON lines here.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Inputs per batch.")
+@click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
+def predict(
+    run: str, inputs: tuple[str, ...], input_file: str | None, out_file: str | None, batch_size: int, standardized: bool
+) -> None:
+    """Predict with RUN (a run folder or checkpoint file).
 
-    items = list(inputs)
-    if input_file is not None:
-        items += [line.rstrip("\n") for line in input_file if line.strip()]  # type: ignore[attr-defined]
+    INPUTS on the command line: one readable prediction per line. --file FILE: one JSON line per
+    input of FILE (the prediction with its probability or score), to stdout or --out.
+
+    \b
+      attnkit predict runs/reverse/20261122-101500 "3 1 4 1 5 9 2 6"
+      attnkit predict RUN --file texts.txt --out predictions.jsonl --batch-size 128
+    """
+    from attnkit.api import load_run, predict_file
+
     try:
-        if not items:
+        if input_file is not None:
+            if inputs:
+                raise ValueError("give inputs either as arguments or with --file, not both")
+            records = predict_file(run, input_file, batch_size=batch_size, standardized=standardized)
+            _write_json_lines(records, out_file)
+            return
+        if out_file is not None:
+            raise ValueError("--out writes the predictions of --file; add --file FILE")
+        if not inputs:
             raise ValueError("nothing to predict: pass inputs as arguments or with --file")
         loaded = load_run(run)
-        for line in loaded.task.predict(loaded.module, items):
+        options = {"standardized": True} if standardized else {}
+        if standardized and not loaded.task.feature_inputs:
+            raise ValueError(
+                f"--standardized is for runs whose inputs are feature vectors (anomaly), not {loaded.task.name!r}"
+            )
+        for line in loaded.task.predict(loaded.module, list(inputs), **options):
             click.echo(line)
     except USER_ERRORS as err:
         _fail(err)
+
+
+def _write_json_lines(records: Iterable[dict[str, Any]], out_file: str | None) -> None:
+    """One JSON object per line to ``out_file`` (written whole, then renamed into place) or stdout."""
+    if out_file is None:
+        for record in records:
+            click.echo(json.dumps(record, ensure_ascii=False))
+        return
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    write_atomic(out_file, write)
 
 
 @main.command()
@@ -373,7 +457,13 @@ def report(run: str, examples: int, out: str | None) -> None:
 @click.option("--storage", help="SQLAlchemy URL or SQLite file (default: OUTPUT_DIR/tune/STUDY/study.db).")
 @click.option("--study", "study_name", help="Study name (default: the task); the same name resumes the study.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Worker processes (1 torch thread each).")
-@click.option("--sampler", type=click.Choice(["tpe", "random"]), default="tpe", show_default=True)
+@click.option(
+    "--sampler",
+    type=click.Choice(["tpe", "random", "gp"]),
+    default="tpe",
+    show_default=True,
+    help="TPE, random search or a Gaussian-process (Kriging) surrogate.",
+)
 @click.option("--pruner", type=click.Choice(["median", "hyperband", "none"]), default="median", show_default=True)
 @click.option("--sampler-seed", type=int, help="Seed of the sampler (default: the config's seed).")
 @click.option("--heartbeat", type=int, default=10, show_default=True, help="Seconds between liveness records.")
@@ -435,8 +525,9 @@ def tune(
 @click.argument("path", type=click.Path())
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
 def import_model(path: str, out: str) -> None:
-    """Convert the Hugging Face BERT or GPT-2 folder PATH (config.json, weights, tokenizer files) into an
-    attnkit model folder OUT (model.safetensors + attnkit.json + tokenizer). Nothing is downloaded.
+    """Convert the Hugging Face BERT, GPT-2, Llama, Mistral or Qwen2 folder PATH (config.json, weights,
+    sharded or not, tokenizer files) into an attnkit model folder OUT (model.safetensors + attnkit.json +
+    tokenizer). Nothing is downloaded.
 
     \b
       attnkit import ./bert-base-uncased --out models/bert
@@ -455,21 +546,74 @@ def import_model(path: str, out: str) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
-def export(run: str, out: str) -> None:
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The model folder to write.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["attnkit", "hf"]),
+    default="attnkit",
+    show_default=True,
+    help="attnkit: model.safetensors + attnkit.json; hf: a Hugging Face folder (config.json, model.safetensors, "
+    "tokenizer.json) that transformers loads.",
+)
+@click.option("--merge", is_flag=True, help="A LoRA run: fold its adapters into the base weights (a plain model).")
+def export(run: str, out: str, fmt: str, merge: bool) -> None:
     """Write the model of RUN (a run folder or checkpoint file) to OUT as model.safetensors + attnkit.json
-    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly."""
+    (with the run's task and data artifacts); attnkit.interop.load_model(OUT) loads it back bit-exactly.
+
+    With --format hf, RUN is an lm run or an attnkit model folder of a language model (e.g. written by
+    `attnkit import`), written as a Hugging Face llama / mistral / qwen2 (rotary, RMSNorm, SwiGLU) or
+    gpt2 (learned positions, LayerNorm) checkpoint.
+
+    A LoRA run (model.lora) needs --merge: the base weights plus the adapters, loadable without peft.
+
+    \b
+      attnkit export runs/lm/version_0 --out hf/my-lm --format hf
+    """
     try:
+        if fmt == "hf":
+            written, source = _export_hf(run, out, merge)
+            click.echo(f"{source} -> {out} ({written})")
+            return
         from attnkit.interop import save_model
         from attnkit.tasks import load_run
 
         loaded = load_run(run)
+        model = _plain_model(loaded.module.model, run, merge)
         artifacts = loaded.hparams.get("artifacts") or None
-        save_model(loaded.module.model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+        save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
     except USER_ERRORS as err:
         _fail(err)
         return
     click.echo(f"{loaded.checkpoint} -> {out}")
+
+
+def _plain_model(model: Any, run: str, merge: bool) -> Any:
+    """The model to export: a LoRA model's adapters folded into its base weights (with --merge)."""
+    from attnkit.models.lora import is_lora, merge_lora
+
+    if not is_lora(model):
+        return model
+    if not merge:
+        raise ValueError(f"{run} is a LoRA run (adapters on a frozen base): add --merge to write the merged weights")
+    return merge_lora(model)
+
+
+def _export_hf(run: str, out: str, merge: bool = False) -> tuple[str, str]:
+    """``export --format hf``: the model_type written and what was read."""
+    from attnkit.data.lm import tokenizer_of
+    from attnkit.interop import export_hf, load_pretrained
+    from attnkit.interop.export import INFO_FILE
+    from attnkit.tasks import load_run
+
+    if (Path(run) / INFO_FILE).is_file():
+        pretrained = load_pretrained(run)
+        return export_hf(pretrained.model, out, pretrained.tokenizer), run
+    loaded = load_run(run)
+    if loaded.task.name != "lm":
+        raise ConfigError(f"{run} is a {loaded.task.name!r} run; only lm runs export as Hugging Face checkpoints")
+    tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
+    return export_hf(_plain_model(loaded.module.model, run, merge), out, tokenizer), str(loaded.checkpoint)
 
 
 if __name__ == "__main__":

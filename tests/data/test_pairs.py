@@ -163,7 +163,8 @@ def test_split_dedupes_and_keeps_translations_of_a_source_together():
     everything = splits.train + splits.val + splits.test
     assert len(everything) == len(set(everything)) == 203  # one exact duplicate removed
     assert splits.sizes() == {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
-    assert len({s for s, _ in splits.val}) == 20 and len({s for s, _ in splits.test}) == 40
+    # about 10 % / 20 % of the 203 pairs (group_split sizes parts in examples, whole sources each)
+    assert abs(len(splits.val) - 20.3) <= 1 and abs(len(splits.test) - 40.6) <= 1
     sources = [{s for s, _ in part} for part in (splits.train, splits.val, splits.test)]
     assert not (sources[0] & sources[1]) and not (sources[0] & sources[2]) and not (sources[1] & sources[2])
     assert split_pairs(pairs, 0.1, 0.2, seed=3) == splits
@@ -208,9 +209,10 @@ def test_batches_are_teacher_forcing_pairs(tmp_path: Path):
         assert tgt_in[row, 0] == BOS_ID and EOS_ID not in tgt_in[row].tolist()
         assert tgt_out[row, n_tgt - 1] == EOS_ID
         assert torch.equal(tgt_in[row, 1:n_tgt], tgt_out[row, : n_tgt - 1])  # shifted by one
-        assert tgt_tok.decode(tgt_out[row]) == refs[int(index[row])]
+        # the reference / source as the tokenizer reads it (a word unseen in training is <unk>)
+        assert tgt_tok.decode(tgt_out[row]) == tgt_tok.decode(tgt_tok.encode(refs[int(index[row])]))
         source = dm.splits.val[int(index[row])][0]
-        assert src_tok.decode(src[row]) == source
+        assert src_tok.decode(src[row]) == src_tok.decode(src_tok.encode(source))
     assert sum(len(batch[0]) for batch in dm.train_dataloader()) == len(dm.datasets["train"]) == 6
 
 

@@ -312,8 +312,8 @@ def test_stratified_split_is_seeded_disjoint_and_keeps_each_class() -> None:
         ({"source": "a.csv", "test_source": "t.xml"}, r"data\.test_source='t\.xml'"),
         ({"synthetic_size": 1}, r"synthetic_size\n  Input should be greater than or equal to 4"),
         ({"text_column": ""}, r"text_column\n  String should have at least 1 character"),
-        ({"seed": "1"}, r"seed\n  Input should be a valid integer"),
-        ({"max_len": True}, r"max_len\n  Input should be a valid integer"),
+        ({"seed": "one"}, r"seed\n  Input should be a valid integer"),
+        ({"max_len": 1.5}, r"max_len\n  Input should be a valid integer"),
         ({"sorce": "x"}, r"sorce\n  Extra inputs are not permitted"),
     ],
 )

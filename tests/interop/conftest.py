@@ -125,3 +125,114 @@ def reviews_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             words.insert(rng.randint(0, len(words)), rng.choice(opinion[label]))
             writer.writerow([" ".join(words).capitalize() + ".", label])
     return path
+
+
+# ---------------------------------------------------------------------- Llama, Mistral, Qwen2
+# Every variant: 2 layers, 4 query heads over 2 key/value heads (grouped-query attention) unless
+# set otherwise, a larger init than the families' 0.02 so that greedy decoding does not repeat one
+# token, and contexts of 64 so that the tests' 40-token inputs cross Mistral's window of 8.
+LLAMA_FAMILY = {
+    # rope_scaling llama3 (original context 16 < 64, so the scaled frequencies matter), untied head
+    "llama": dict(
+        model_type="llama",
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ),
+    # rope_scaling linear, tied embeddings, one key/value head (multi-query attention), head_dim 16
+    "llama_linear": dict(
+        model_type="llama",
+        rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+        tie_word_embeddings=True,
+        num_key_value_heads=1,
+        head_dim=16,
+    ),
+    "mistral": dict(model_type="mistral", sliding_window=8),
+    "qwen2": dict(model_type="qwen2", tie_word_embeddings=True),  # q/k/v biases
+}
+_SPECIALS = {
+    "llama": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "mistral": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    "qwen2": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+}
+
+
+def save_llama_tokenizer(model_type: str, folder: Path) -> int:
+    """A byte-level BPE ``tokenizer.json`` (+ ``tokenizer_config.json``) of the family: Llama and
+    Mistral put ``<s>`` before every text, Qwen2 nothing. Returns the vocabulary size."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
+    from tokenizers.models import BPE
+
+    specials = _SPECIALS[model_type]
+    tokens = list(dict.fromkeys(specials.values()))
+    tok = Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        min_frequency=2,
+        special_tokens=tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    if "bos_token" in specials:
+        bos = specials["bos_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    tok.save(str(folder / "tokenizer.json"))
+    options = {**specials, "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": "bos_token" in specials}
+    (folder / "tokenizer_config.json").write_text(json.dumps(options))
+    return tok.get_vocab_size()
+
+
+def build_llama_family(variant: str, folder: Path, **save_kwargs: object) -> Path:
+    """A random ``...ForCausalLM`` of ``variant`` (see :data:`LLAMA_FAMILY`) and its tokenizer,
+    saved by ``save_pretrained`` into ``folder``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    options = dict(LLAMA_FAMILY[variant])
+    model_type = options.pop("model_type")
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_size = save_llama_tokenizer(model_type, folder)
+    specials = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+    ids = {t["content"]: t["id"] for t in specials}
+    names = _SPECIALS[model_type]
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=options.pop("num_key_value_heads", 2),
+        max_position_embeddings=64,
+        initializer_range=0.2,
+        bos_token_id=ids.get(names.get("bos_token")),
+        eos_token_id=ids[names["eos_token"]],
+        pad_token_id=ids.get(names.get("pad_token")),
+        tie_word_embeddings=options.pop("tie_word_embeddings", False),
+        **options,
+    )
+    torch.manual_seed(sum(map(ord, variant)))
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(folder, **save_kwargs)
+    return folder
+
+
+@pytest.fixture(scope="session", params=sorted(LLAMA_FAMILY))
+def llama_family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each variant of :data:`LLAMA_FAMILY` in turn, as a Hugging Face folder."""
+    return build_llama_family(request.param, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``llama`` variant (llama3 rope scaling, GQA, untied head)."""
+    return build_llama_family("llama", tmp_path_factory.mktemp("llama"))

@@ -26,8 +26,11 @@ def _edit_config(folder: Path, **changes: object) -> None:
 
 
 def test_unsupported_architecture_names_the_supported_ones(tmp_path: Path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    with pytest.raises(ConfigError, match=r"model_type 'llama' \(LlamaForCausalLM\) is not supported.*bert.*gpt2"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "falcon", "architectures": ["FalconForCausalLM"]}))
+    with pytest.raises(
+        ConfigError,
+        match=r"model_type 'falcon' \(FalconForCausalLM\) is not supported.*bert.*gpt2.*llama.*mistral.*qwen2",
+    ):
         load_pretrained(tmp_path)
 
 

@@ -15,6 +15,16 @@ TINY_REVERSE = [
     "optim.warmup=20",
 ]
 
+# In-process `attnkit.api.train` overrides for small test runs: one thread, no bar, no report.
+QUIET_TRAINING = {
+    "trainer.batch_size": 16,
+    "trainer.threads": 1,
+    "trainer.progress_bar": False,
+    "trainer.report": False,
+    "optim.lr": 5e-3,
+    "optim.warmup": 10,
+}
+
 
 def run_cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real `attnkit` entry point in a subprocess, one torch thread."""

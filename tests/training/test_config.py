@@ -82,3 +82,14 @@ def test_overriding_one_key_keeps_the_tasks_other_defaults_of_that_section(tmp_p
     cfg = build_config("reverse", path)
     assert cfg.optim.lr == 0.01
     assert cfg.optim.warmup == build_config("reverse").optim.warmup
+
+
+def test_lm_model_preset_key_from_overrides():
+    """`model.preset=llama` sets the family's fields the run did not set itself; explicit values win."""
+    cfg = build_config("lm", overrides={"model.preset": "llama", "model.num_kv_heads": 2, "model.positional": "alibi"})
+    m = cfg.model  # type: ignore[attr-defined]
+    assert (m.preset, m.norm, m.activation, m.bias, m.tie_weights) == ("llama", "rmsnorm", "swiglu", False, False)
+    assert m.num_kv_heads == 2 and m.positional == "alibi"
+    assert m.d_model == 128 and m.max_len == 64  # the task's sizes stay
+    again = type(cfg).model_validate(cfg.model_dump())  # a stored config validates to the same
+    assert again.model_dump() == cfg.model_dump()

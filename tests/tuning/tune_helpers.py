@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import optuna
+
+T = TypeVar("T")
 
 # Reverse on tiny data: a trial trains in about a second on an idle core.
 TINY = {
@@ -35,7 +43,7 @@ def env() -> dict[str, str]:
     return out
 
 
-def cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(*args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run the real `attnkit` entry point in a subprocess, one torch thread."""
     proc = subprocess.run(
         [sys.executable, "-m", "attnkit.cli", *args], capture_output=True, text=True, env=env(), timeout=timeout
@@ -45,5 +53,76 @@ def cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.Comp
     return proc
 
 
-def load(db: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+def load(db: Path | str, name: str) -> optuna.Study:
+    """A study of an existing storage (a SQLite file or a URL); creates nothing, waits for SQLite's lock."""
+    url = str(db) if "://" in str(db) else f"sqlite:///{db}"
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=True)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+class TuneProcess:
+    """A real `attnkit` process whose output is read line by line in a thread, so that a test can wait
+    (with a timeout) for a line it prints."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "attnkit.cli", *args], env=env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._new: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self._new.put(line)
+        self._new.put(None)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout: float) -> str:
+        """The first new line matching ``pattern``; fails if the process ends or ``timeout`` passes first."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._new.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                code = self.proc.wait()
+                raise AssertionError(f"the process ended ({code}) before printing {pattern!r}:\n{self.output}")
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{self.output}")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=30)
+
+    def finish(self, timeout: float) -> str:
+        """Wait for the process to exit 0; its output."""
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=30)
+        assert code == 0, f"attnkit exited with {code}:\n{self.output}"
+        return self.output
+
+
+def wait_until(condition: Callable[[], T | None], timeout: float, what: str, alive: TuneProcess | None = None) -> T:
+    """Poll ``condition`` until it returns something other than None; fails after ``timeout`` seconds,
+    or as soon as the process ``alive`` has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result is not None:
+            return result
+        if alive is not None and alive.proc.poll() is not None:
+            raise AssertionError(f"the process ended before {what}:\n{alive.output}")
+        time.sleep(0.2)  # a polling interval: the condition, not the sleep, is what the test waits on
+    raise AssertionError(f"not {what} within {timeout} s" + (f":\n{alive.output}" if alive else ""))

@@ -113,7 +113,9 @@ def test_anomaly_sets_from_a_file(anomaly_run: Path, tmp_path: Path):
     torch.save({"sets": sets}, tmp_path / "sets.pt")
     examples = attention_examples(run, texts=[str(tmp_path / "sets.pt"), "4"])  # a file of 2 sets, test set 4
     assert len(examples) == 3 and examples[1].target is None
-    torch.testing.assert_close(examples[1].maps[1], run.module.model.get_attention_maps(sets[1:2])[1][0])
+    artifacts = run.hparams["artifacts"]  # raw features, standardised as the run's training features were
+    standardized = (sets - torch.tensor(artifacts["mean"])) / torch.tensor(artifacts["std"])
+    torch.testing.assert_close(examples[1].maps[1], run.module.model.get_attention_maps(standardized[1:2])[1][0])
     datamodule = run.task.build_datamodule(run.config)
     datamodule.setup("test")
     x, target = datamodule.test_dataset[4]

@@ -1,32 +1,93 @@
-"""What the data modules share."""
+"""What the data modules share, including how a multi-process (DDP) run shards its data.
+
+attnkit's data modules shard their own data (the runner turns off Lightning's sampler injection):
+a training split is cut into one disjoint shard per process with the same number of batches on
+every process (DDP synchronises gradients at every step, so a process with a batch fewer would hang
+the others), reshuffled per epoch from the seed (Lightning calls ``set_epoch``); an evaluation
+split is dealt out as :class:`EvalBatches`, every example exactly once.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from pydantic import ConfigDict, field_validator
-from torch.utils.data import DataLoader, Dataset
+from pydantic import field_validator
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from attnkit.config import StrictModel
 
-__all__ = ["DataConfig", "SplitDataModule"]
+__all__ = [
+    "DataConfig",
+    "EvalBatches",
+    "SplitDataModule",
+    "TestDataModule",
+    "chunks",
+    "numbered_inputs",
+    "process_shard",
+    "read_lines",
+]
 
 
 class DataConfig(StrictModel):
-    """The base of the ``data`` section of every task: pydantic in strict mode (``"1"`` is not an
-    int, ``1`` is not a bool), unknown keys rejected. Path fields (``source`` ...) also accept a
-    ``pathlib.Path`` (stored as ``str``)."""
-
-    model_config = ConfigDict(strict=True)
+    """The base of the ``data`` section of every task: pydantic, unknown keys rejected, values
+    coerced as in every other section (``"8"`` from a command line or ``**{"data.seq_len": "8"}``
+    is the int 8; ``"eight"`` or ``1.5`` is an error naming the key). Path fields (``source`` ...)
+    also accept a ``pathlib.Path`` (stored as ``str``)."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _paths_as_strings(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def process_shard(datamodule: L.LightningDataModule) -> tuple[int, int]:
+    """``(number of processes, rank of this one)`` of the Lightning run ``datamodule`` is attached
+    to; ``(1, 0)`` outside a run."""
+    trainer = datamodule.trainer
+    if trainer is None:
+        return 1, 0
+    return int(trainer.world_size), int(trainer.global_rank)
+
+
+class EvalBatches(Sampler[list[int]]):
+    """Evaluation batches of one of ``num_replicas`` processes: the batches a single process makes
+    (``batch_size`` consecutive examples, in order), dealt round robin: rank ``r`` gets batches
+    ``r``, ``r + num_replicas``, ...
+
+    Every example is evaluated exactly once, in the same batch as in a one-process run, so metrics
+    summed over the processes equal the one-process figures (Lightning's
+    :class:`~torch.utils.data.DistributedSampler` instead repeats examples so that every process
+    gets as many, and counts them twice). A process may get one batch more than another, which
+    evaluation allows: nothing is synchronised per batch. Every process needs at least one batch.
+    """
+
+    def __init__(self, size: int, batch_size: int, num_replicas: int, rank: int, split: str = "evaluation") -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
+        batches = -(-size // batch_size)
+        if batches < num_replicas:
+            raise ValueError(
+                f"the {split} split has {size} examples, {batches} batch(es) of trainer.batch_size={batch_size}, "
+                f"fewer than the {num_replicas} processes (each needs at least one batch): lower trainer.batch_size "
+                "or trainer.devices, or make the split larger"
+            )
+        self.size, self.batch_size, self.num_replicas, self.rank = size, batch_size, num_replicas, rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.batch_size * self.num_replicas
+        for start in range(self.rank * self.batch_size, self.size, step):
+            yield list(range(start, min(start + self.batch_size, self.size)))
+
+    def __len__(self) -> int:
+        return len(range(self.rank * self.batch_size, self.size, self.batch_size * self.num_replicas))
 
 
 class SplitDataModule(L.LightningDataModule):
@@ -39,18 +100,48 @@ class SplitDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         raise NotImplementedError
 
-    def _seeded_loader(self, dataset: Dataset, shuffle: bool, seed: int, collate_fn: Callable[..., Any]) -> DataLoader:
-        """A loader of ``dataset`` with the module's batch size and workers; when shuffled, its order
-        comes from a generator seeded with ``seed`` (the same order for the same seed)."""
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(seed) if shuffle else None,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            collate_fn=collate_fn,
+    def _seeded_loader(
+        self,
+        dataset: Dataset,
+        shuffle: bool,
+        seed: int | None,
+        collate_fn: Callable[..., Any],
+        split: str = "evaluation",
+    ) -> DataLoader:
+        """A loader of ``dataset`` with the module's batch size and workers.
+
+        One process: when shuffled, the order comes from a generator seeded with ``seed``
+        (``None``: the seed of torch's global generator, which the run seeds), the same order for
+        the same seed. Several processes (see the module docstring): a shuffled split gets a
+        :class:`~torch.utils.data.DistributedSampler` (seeded the same way, the same on every
+        process; the last ``len % processes`` examples of each epoch's order are left out, so that
+        the shards are disjoint and equal), an ordered one :class:`EvalBatches`.
+
+        The loader is stateful (``torchdata``'s :class:`StatefulDataLoader`): Lightning saves its
+        position (and the stateful sampler's generator) in every checkpoint and restores them, so a
+        run resumed mid-epoch continues with the very batches it would have seen. The generator is
+        the sampler's alone (the loader draws nothing from it), so the orders do not depend on how
+        often a loader was started."""
+        common: dict[str, Any] = dict(
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0, collate_fn=collate_fn
         )
+        seed = torch.initial_seed() if seed is None else seed
+        world, rank = process_shard(self)
+        if world > 1 and shuffle:
+            sampler = DistributedSampler(
+                dataset,
+                num_replicas=world,
+                rank=rank,
+                shuffle=True,
+                seed=seed,
+                drop_last=True,
+            )
+            return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
+        if world > 1:
+            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)  # type: ignore[arg-type]
+            return StatefulDataLoader(dataset, batch_sampler=batches, **common)
+        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed)) if shuffle else None
+        return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
@@ -60,3 +151,46 @@ class SplitDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+
+class TestDataModule(L.LightningDataModule):
+    """Only a test split: ``dataset`` in batches of ``batch_size``, in order (``attnkit test --data``)."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, collate_fn: Callable[..., Any] | None = None) -> None:
+        super().__init__()
+        self.dataset, self.batch_size, self.collate_fn = dataset, batch_size, collate_fn
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=False, collate_fn=self.collate_fn)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (``"-"``: standard input), without line ends; blank lines kept."""
+    if str(path) != "-" and not Path(path).is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    lines = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8").removeprefix("\ufeff") if number == 1 else raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
+            ) from None
+    return lines
+
+
+def numbered_inputs(path: str | Path) -> list[tuple[int, str]]:
+    """``(line number, line)`` of every non-blank line of a UTF-8 text file (``"-"``: standard input)."""
+    inputs = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
+    if not inputs:
+        raise ValueError(f"{path}: no inputs (every line is blank)")
+    return inputs
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"batch size must be an int >= 1, got {size!r}")
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -42,7 +42,7 @@ from attnkit.data.cache import (
 )
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.readers.text_files import corpus_files, iter_documents, read_corpus, split_documents
-from attnkit.data.splits import SPLITS, TRAIN, fraction_split
+from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
 from attnkit.data.synthetic import identity_collate
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -223,6 +223,7 @@ class LanguageModelDataModule(SplitDataModule):
         num_workers: int = 0,
         tokenizer: Tokenizer | None = None,
         progress: bool = False,
+        test_only: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
@@ -232,6 +233,9 @@ class LanguageModelDataModule(SplitDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.progress = progress
+        if test_only and tokenizer is None:
+            raise ValueError("test_only=True needs the run's tokenizer (tokenizer=...)")
+        self.test_only = test_only
         self._tokenizer = tokenizer
         self.cache: TokenCache | None = None
         self.documents: dict[str, CachedDocuments] = {}
@@ -243,6 +247,17 @@ class LanguageModelDataModule(SplitDataModule):
     ) -> LanguageModelDataModule:
         """A module that reuses the tokenizer saved by :meth:`artifacts`."""
         return cls(cfg, block=block, batch_size=batch_size, num_workers=num_workers, tokenizer=tokenizer_of(artifacts))
+
+    @classmethod
+    def for_test_file(
+        cls, cfg: LMDataConfig, artifacts: dict[str, Any], path: str | Path, *, block: int, batch_size: int = 32
+    ) -> LanguageModelDataModule:
+        """A module whose test split is every document of the UTF-8 text file ``path`` (or of the
+        ``*.txt`` files of the folder ``path``, or a glob), cut into documents as ``cfg.split_on``
+        says and encoded with the run's tokenizer, through the token cache like training data
+        (the train and val splits are empty)."""
+        cfg = cfg.model_copy(update={"source": str(path)})
+        return cls(cfg, block=block, batch_size=batch_size, tokenizer=tokenizer_of(artifacts), test_only=True)
 
     # -------------------------------------------------------------- the cache
     def cache_folder(self) -> Path:
@@ -257,6 +272,8 @@ class LanguageModelDataModule(SplitDataModule):
         if self._tokenizer is not None:
             config["tokenizer"] = hashlib.blake2b(self._tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
             config.pop("vocab_size"), config.pop("min_freq")
+        if self.test_only:
+            config["test_only"] = True
         return root / "lm" / entry_key({"sources": sources, "config": config, "format": 1})
 
     def prepare_data(self) -> None:
@@ -272,7 +289,11 @@ class LanguageModelDataModule(SplitDataModule):
     def _build_cache(self, folder: Path) -> None:
         c = self.cfg
         n = sum(1 for _ in self._documents())
-        if n < 3:
+        if self.test_only:
+            if n == 0:
+                raise ValueError(f"{c.source}: the file is empty (no non-blank text); nothing to evaluate")
+            split_of = np.full(n, TEST, dtype=np.int8)
+        elif n < 3:
             if n == 0:
                 raise ValueError(
                     f"data.source={c.source!r}: the corpus is empty (no non-blank text); nothing to train on"
@@ -282,7 +303,8 @@ class LanguageModelDataModule(SplitDataModule):
                 f"data.source={c.source!r} has {n} document(s); at least 3 are needed (train, val and test each get "
                 f"whole documents): separate documents by blank lines{advice}"
             )
-        split_of = fraction_split(n, c.val_fraction, c.test_fraction, c.seed, minimum=1)
+        else:
+            split_of = fraction_split(n, c.val_fraction, c.test_fraction, c.seed, minimum=1)
         tokenizer = self._tokenizer
         if tokenizer is None:
             train: Iterator[str] = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
@@ -345,7 +367,7 @@ class LanguageModelDataModule(SplitDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"LanguageModelDataModule: call setup() before {split}_dataloader()")
-        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, identity_collate)
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, identity_collate, split)
 
     @property
     def tokenizer(self) -> Tokenizer:

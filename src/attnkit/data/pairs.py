@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -23,9 +24,9 @@ from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import DataConfig, SplitDataModule
+from attnkit.data.base import DataConfig, SplitDataModule, process_shard
 from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
-from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pairs
+from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pair_rows, read_pairs
 from attnkit.data.splits import SPLITS, group_split
 from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
@@ -39,6 +40,7 @@ __all__ = [
     "collate_pairs",
     "english_number",
     "number_pairs",
+    "read_pair_rows",
     "read_pairs",
     "spanish_number",
     "split_pairs",
@@ -55,6 +57,18 @@ class PairsDataConfig(DataConfig):
     )
     reverse: bool = Field(False, description="swap the columns: translate the second column into the first")
     lowercase: bool = Field(False, description="lower-case both sides before anything else")
+    val_source: str | None = Field(
+        None, description="a pairs file for validation (picks the best checkpoint); default: val_fraction of source"
+    )
+    test_source: str | None = Field(
+        None, description="a pairs file for the test split; default: test_fraction of source"
+    )
+    group_column: int | None = Field(
+        None,
+        ge=2,
+        description="0-based column of the pairs files naming each pair's group (2: the third column); splits cut "
+        "from source then hold whole groups, instead of whole source sentences",
+    )
     skip_bad_lines: bool = Field(
         False, description="skip lines without a tab or with an empty side (one warning counts them); else an error"
     )
@@ -74,6 +88,8 @@ class PairsDataConfig(DataConfig):
     def _check(self) -> PairsDataConfig:
         if not self.source.strip():
             raise ValueError(f"data.source must be {BUILTIN_SOURCE!r} or the path of a tab-separated pairs file")
+        if self.source == BUILTIN_SOURCE and self.group_column is not None:
+            raise ValueError("data.group_column names a column of a pairs file; the built-in 'numbers' data has none")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError(
                 f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
@@ -97,19 +113,27 @@ class PairSplits:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
 
 
-def split_pairs(pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int) -> PairSplits:
+def split_pairs(
+    pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int, *, groups: Sequence[str] | None = None
+) -> PairSplits:
     """Remove duplicate pairs (first kept), then split by *source sentence* with ``seed``.
 
-    All translations of one source sentence (Tatoeba often has several) go to the same split
-    (:func:`attnkit.data.splits.group_split`, the group being the source), so no test source is
-    seen in training. ``round(n * fraction)`` distinct sources go to validation and to test
-    (n = distinct sources); pairs keep their file order within a split.
+    All translations of one source sentence (Tatoeba often has several) go to the same split, so
+    no test source is seen in training: the groups of :func:`attnkit.data.splits.group_split` are
+    the source sentences, or, with ``groups`` (one per pair; a duplicate keeps its first pair's),
+    those groups. Validation and test get about ``fraction`` of the (deduplicated) *pairs* each;
+    pairs keep their file order within a split.
     """
     unique = list(dict.fromkeys(pairs))
-    split_ids = group_split([s for s, _ in unique], val_fraction, test_fraction, seed)
-    out: dict[str, list[Pair]] = {name: [] for name in SPLITS}
-    for pair, i in zip(unique, split_ids):
-        out[SPLITS[i]].append(pair)
+    if groups is None:
+        group_of = [source for source, _ in unique]
+    else:
+        first: dict[Pair, str] = {}
+        for pair, group in zip(pairs, groups):
+            first.setdefault(pair, group)
+        group_of = [first[pair] for pair in unique]
+    parts = group_split(group_of, [val_fraction, test_fraction], seed)
+    out = {name: [unique[i] for i in idx] for name, idx in zip(SPLITS, parts)}
     return PairSplits(**out)
 
 
@@ -142,10 +166,23 @@ def collate_pairs(items: Sequence[tuple[list[int], list[int], int]]) -> Translat
 class _LengthBatches(torch.utils.data.Sampler[list[int]]):
     """Shuffled batches of similar-length examples: sort within random pools of 50 batches, then
     shuffle the batches. The order depends on ``seed`` and the epoch (Lightning calls
-    :meth:`set_epoch`; otherwise every pass counts as the next epoch)."""
+    :meth:`set_epoch`; otherwise every pass counts as the next epoch).
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+    With ``num_replicas`` processes every process draws the same batches and takes every
+    ``num_replicas``-th (from its ``rank``), all processes the same number: the last
+    ``len % num_replicas`` batches of the epoch's order are left out, so no process waits for a
+    batch another one lacks."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
+        if self._count(len(lengths), batch_size) < num_replicas:
+            raise ValueError(
+                f"the training split has {len(lengths)} pairs, fewer batches of trainer.batch_size={batch_size} than "
+                f"the {num_replicas} processes: lower trainer.batch_size or trainer.devices"
+            )
         self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -161,12 +198,17 @@ class _LengthBatches(torch.utils.data.Sampler[list[int]]):
             chunk = sorted(order[start : start + pool], key=self.lengths.__getitem__)
             batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         rng.shuffle(batches)
-        return iter(batches)
+        return iter(batches[self.rank : len(self) * self.num_replicas : self.num_replicas])
+
+    @staticmethod
+    def _count(size: int, batch_size: int) -> int:
+        """Batches of one epoch over all processes."""
+        pool = batch_size * 50
+        full, rest = divmod(size, pool)
+        return full * 50 + -(-rest // batch_size)
 
     def __len__(self) -> int:
-        pool = self.batch_size * 50
-        full, rest = divmod(len(self.lengths), pool)
-        return full * 50 + -(-rest // self.batch_size)
+        return self._count(len(self.lengths), self.batch_size) // self.num_replicas
 
 
 # ====================================================================== data module
@@ -208,43 +250,58 @@ class PairsDataModule(SplitDataModule):
         """A module that reuses the tokenizers saved by :meth:`artifacts`."""
         return cls(cfg, batch_size, num_workers, tokenizers=tokenizers_from_artifacts(artifacts))
 
+    @classmethod
+    def for_test_file(
+        cls, cfg: PairsDataConfig, artifacts: dict[str, Any], path: str | Path, batch_size: int = 64
+    ) -> PairsDataModule:
+        """A module whose test split is every pair of the file ``path`` (prepared as ``cfg`` says:
+        ``lowercase``, ``reverse``), encoded with the run's tokenizers."""
+        dm = cls.from_artifacts(cfg, artifacts, batch_size)
+        dm.splits = PairSplits([], [], dm.load_pairs(path)[0])
+        dm._encode("test", dm.splits.test)
+        return dm
+
     # -------------------------------------------------------------- loading
-    def load_pairs(self) -> list[Pair]:
-        """The raw pairs of ``data.source`` after ``lowercase`` and ``reverse``, before dedup/split."""
+    def load_pairs(self, path: str | Path | None = None) -> tuple[list[Pair], list[str] | None]:
+        """The raw pairs of ``path`` (default ``data.source``) after ``lowercase`` and ``reverse``,
+        before dedup/split, and their groups (``data.source`` with ``data.group_column`` only; else None)."""
         cfg = self.cfg
-        if cfg.source == BUILTIN_SOURCE:
+        groups: list[str] | None = None
+        if path is None and cfg.source == BUILTIN_SOURCE:
             pairs = number_pairs(cfg.num_pairs, cfg.seed, sentence_fraction=cfg.sentence_fraction)
         else:
-            pairs = read_pairs(cfg.source, skip_bad_lines=cfg.skip_bad_lines)
+            group_column = cfg.group_column if path is None else None
+            rows = read_pair_rows(path or cfg.source, skip_bad_lines=cfg.skip_bad_lines, group_column=group_column)
+            pairs = [(s, t) for s, t, _ in rows]
+            groups = [g for _, _, g in rows] if group_column is not None else None  # type: ignore[misc]
         if cfg.lowercase:
             pairs = [(s.lower(), t.lower()) for s, t in pairs]
         if cfg.reverse:
             pairs = [(t, s) for s, t in pairs]
-        return pairs
+        return pairs, groups
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
         cfg = self.cfg
-        splits = split_pairs(self.load_pairs(), cfg.val_fraction, cfg.test_fraction, cfg.seed)
+        pairs, groups = self.load_pairs()
+        given = {
+            split: self.load_pairs(path)[0]
+            for split, path in (("val", cfg.val_source), ("test", cfg.test_source))
+            if path
+        }
+        val_fraction = 0.0 if "val" in given else cfg.val_fraction
+        test_fraction = 0.0 if "test" in given else cfg.test_fraction
+        splits = split_pairs(pairs, val_fraction, test_fraction, cfg.seed, groups=groups)
+        for split, split_pairs_ in given.items():
+            setattr(splits, split, list(dict.fromkeys(split_pairs_)))
         if not splits.train:
             raise ValueError(f"data.source={cfg.source!r}: the training split is empty")
         if self._tokenizers is None:
             self._tokenizers = self._build_tokenizers(splits.train)
         self.splits = splits
-        src_tok, tgt_tok = self._tokenizers
         for split in ("train", "val", "test"):
-            pairs = getattr(splits, split)
-            src = [src_tok.encode(s) for s, _ in pairs]
-            tgt = [tgt_tok.encode(t) for _, t in pairs]
-            too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
-            self.dropped[split] = sum(too_long)
-            if split == "train":
-                keep = [i for i, long in enumerate(too_long) if not long]
-                src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
-            src = [[*s[: cfg.max_len], EOS_ID] for s in src]
-            tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
-            self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
+            self._encode(split, getattr(splits, split))
         if not self.datasets["train"].src:
             raise ValueError(f"data: every training pair is longer than data.max_len={cfg.max_len}; raise it")
         if self.dropped["train"]:
@@ -260,6 +317,21 @@ class PairsDataModule(SplitDataModule):
                 "uses the first max_len tokens, BLEU the whole reference",
                 stacklevel=2,
             )
+
+    def _encode(self, split: str, pairs: list[Pair]) -> None:
+        """Encode ``pairs`` as ``datasets[split]``; training pairs over ``max_len`` are left out, others cut."""
+        cfg = self.cfg
+        src_tok, tgt_tok = self.tokenizers
+        src = [src_tok.encode(s) for s, _ in pairs]
+        tgt = [tgt_tok.encode(t) for _, t in pairs]
+        too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
+        self.dropped[split] = sum(too_long)
+        if split == "train":
+            keep = [i for i, long in enumerate(too_long) if not long]
+            src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
+        src = [[*s[: cfg.max_len], EOS_ID] for s in src]
+        tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
+        self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
 
     def _build_tokenizers(self, train: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
         cfg = self.cfg
@@ -278,8 +350,10 @@ class PairsDataModule(SplitDataModule):
         )
         if shuffle and self.cfg.batch_by_length:
             lengths = [len(s) + len(t) for s, t in zip(dataset.src, dataset.tgt)]
-            return DataLoader(dataset, batch_sampler=_LengthBatches(lengths, self.batch_size, self.cfg.seed), **common)
-        return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs)
+            world, rank = process_shard(self)
+            batches = _LengthBatches(lengths, self.batch_size, self.cfg.seed, num_replicas=world, rank=rank)
+            return DataLoader(dataset, batch_sampler=batches, **common)
+        return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs, split)
 
     # -------------------------------------------------------------- properties / export
     @property

@@ -25,7 +25,8 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from attnkit.data.base import DataConfig
+from attnkit.data.base import DataConfig, EvalBatches, process_shard
+from attnkit.data.splits import group_split
 
 __all__ = [
     "AnomalyDataConfig",
@@ -36,7 +37,10 @@ __all__ = [
     "build_anomaly_sets",
     "load_item_features",
     "per_class_split",
+    "read_sets",
+    "read_test_sets",
     "standardize_item_features",
+    "standardize_like_run",
 ]
 
 _FILE_SUFFIXES = (".npz", ".pt", ".pth")
@@ -70,6 +74,11 @@ class AnomalyDataConfig(DataConfig):
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="per-class share held out (no test split given)")
     seed: int = 42
     standardize: bool = Field(True, description="z-score features with the training statistics")
+    group_column: str | None = Field(
+        None,
+        min_length=1,
+        description=".npz/.pt files: the array holding each item's group; no group is split between train/val/test",
+    )
     # CIFAR-100 only:
     feature_cache: str | None = Field(
         None, min_length=1, description="default: <cifar folder>/attnkit_features_<backbone>.pt"
@@ -220,8 +229,17 @@ def _split_pool(
     *,
     need_test: bool,
     need_val: bool,
+    groups: np.ndarray | None = None,
 ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
-    """Cut test (``test_fraction``) then val (``val_fraction`` of the rest) from a pool, per class."""
+    """Cut test (``test_fraction``) then val (``val_fraction`` of the rest) from a pool, per class;
+    with ``groups`` (one per item) whole groups, stratified by class (:func:`attnkit.data.splits.group_split`)."""
+    if groups is not None:
+        fractions = [cfg.test_fraction if need_test else 0.0, 0.0]
+        fractions[1] = cfg.val_fraction * (1.0 - fractions[0]) if need_val else 0.0
+        seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
+        rest_idx, test_idx, val_idx = (torch.from_numpy(i) for i in group_split(groups, fractions, seed, stratify=y))
+        parts = {"train": rest_idx} | ({"test": test_idx} if need_test else {}) | ({"val": val_idx} if need_val else {})
+        return {split: (x[idx], y[idx], idx) for split, idx in parts.items()}
     out: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
     rest = torch.arange(len(y))
     if need_test:
@@ -234,6 +252,22 @@ def _split_pool(
         rest = rest[kept]
     out["train"] = (x[rest], y[rest], rest)
     return out
+
+
+def _groups(arrays: Mapping[str, Any], cfg: AnomalyDataConfig, path: Path, key: str, n: int) -> np.ndarray | None:
+    """The per-item groups named by ``data.group_column`` (an array of the file), or None."""
+    if cfg.group_column is None:
+        return None
+    if cfg.group_column not in arrays:
+        raise ValueError(
+            f"{path}: data.group_column={cfg.group_column!r} names no array of the file; arrays: {sorted(arrays)}"
+        )
+    groups = _to_tensor(arrays[cfg.group_column], cfg.group_column, path).numpy()
+    if groups.shape != (n,):
+        raise ValueError(
+            f"{path}: {cfg.group_column!r} must hold one group per item of {key!r} ({n}), got shape {groups.shape}"
+        )
+    return groups
 
 
 def _assemble(
@@ -377,8 +411,9 @@ def _load_file(path: Path, cfg: AnomalyDataConfig, generator: torch.Generator) -
         x = _features(arrays["features"], "features", path)
         y = _labels(arrays["labels"], "labels", path, len(x), "features")
         _check_pool(y, cfg.set_size, str(path))
+        groups = _groups(arrays, cfg, path, "features", len(x))
         splits: dict[str, tuple[Tensor, Tensor, Tensor | None]] = dict(
-            _split_pool(x, y, cfg, generator, need_test=True, need_val=True)
+            _split_pool(x, y, cfg, generator, need_test=True, need_val=True, groups=groups)
         )
     else:
         loaded = {}
@@ -391,8 +426,10 @@ def _load_file(path: Path, cfg: AnomalyDataConfig, generator: torch.Generator) -
             raise ValueError(f"{path}: the splits have different feature sizes {dims}")
         train_x, train_y = loaded["train"]
         _check_pool(train_y, cfg.set_size, str(path))
+        groups = _groups(arrays, cfg, path, "train_features", len(train_x))
+        need_test, need_val = "test" not in loaded, "val" not in loaded
         splits = dict(
-            _split_pool(train_x, train_y, cfg, generator, need_test="test" not in loaded, need_val="val" not in loaded)
+            _split_pool(train_x, train_y, cfg, generator, need_test=need_test, need_val=need_val, groups=groups)
         )
         for split in given:
             if split != "train":
@@ -472,6 +509,11 @@ def load_item_features(cfg: AnomalyDataConfig, *, backbone: nn.Module | None = N
                 f"source {source!r} is not 'digits' and no such file or folder exists "
                 "(expected a .npz/.pt file or a CIFAR-100 folder)"
             )
+    if cfg.group_column is not None and kind != "file":
+        raise ValueError(
+            f"data.group_column={cfg.group_column!r} names an array of a .npz/.pt features file; "
+            f"source {source!r} has no groups (leave group_column unset)"
+        )
     if backbone is not None and kind != "cifar":
         raise ValueError(f"backbone= is only used with a CIFAR-100 folder source, not with {source!r}")
     if kind == "digits":
@@ -481,6 +523,87 @@ def load_item_features(cfg: AnomalyDataConfig, *, backbone: nn.Module | None = N
     else:
         features = _load_cifar(folder, cfg, generator, backbone)
     return standardize_item_features(features) if cfg.standardize else features
+
+
+def standardize_like_run(
+    x: Tensor, artifacts: Mapping[str, Any], *, standardized: bool = False, where: str = "input"
+) -> Tensor:
+    """Raw item features ``x [..., D]`` as a run's model saw them in training: z-scored with the
+    training mean/std stored in the run's data ``artifacts`` (:meth:`SetAnomalyDataModule.artifacts`),
+    or unchanged (as float32) when the run did not standardise or ``standardized`` says ``x``
+    already is. A feature count other than the run's is an error naming ``where``."""
+    x = x.to(torch.float32)
+    dim = artifacts.get("feature_dim")
+    if dim is not None and x.shape[-1] != int(dim):
+        raise ValueError(f"{where}: items have {x.shape[-1]} features but this run was trained on {dim}")
+    if standardized or not artifacts.get("standardize"):
+        return x
+    mean, std = artifacts.get("mean"), artifacts.get("std")
+    if mean is None or std is None:
+        raise ValueError(
+            f"{where}: the run standardised its features but stores no mean/std; standardise the input yourself "
+            "and say so (--standardized / standardized=True)"
+        )
+    return (x - torch.tensor(mean, dtype=torch.float32)) / torch.tensor(std, dtype=torch.float32)
+
+
+def read_sets(path: str | Path) -> tuple[Tensor, Tensor | None]:
+    """``(sets [S, N, D] float32, targets [S] int64 or None)`` of a ``.npz``/``.pt`` file holding
+    ``sets`` (and optionally ``targets``: each set's odd position), or a ``.pt`` file of one tensor."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"anomaly: {path} is neither a test-set index nor a file")
+    if path.suffix.lower() == ".npz":
+        arrays = _read_arrays(path)
+    else:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise ValueError(f"{path}: not a readable .pt file of tensors ({type(err).__name__}: {err})") from err
+        arrays = {str(k): v for k, v in obj.items()} if isinstance(obj, Mapping) else {"sets": obj}
+    if "sets" not in arrays:
+        raise ValueError(
+            f"{path}: expected an array 'sets' [S, N, D] (and optionally 'targets' [S]), found {sorted(arrays)}"
+        )
+    sets = _to_tensor(arrays["sets"], "sets", path)
+    if sets.dim() != 3 or sets.dtype == torch.bool or sets.is_complex():
+        raise ValueError(f"{path}: 'sets' must be real numbers [num_sets, set_size, features], got {tuple(sets.shape)}")
+    targets = None
+    if "targets" in arrays:
+        targets = _labels(arrays["targets"], "targets", path, len(sets), "sets")
+        if targets.numel() and (targets.min() < 0 or targets.max() >= sets.shape[1]):
+            raise ValueError(f"{path}: 'targets' must be positions in [0, {sets.shape[1]}) of the sets' odd items")
+    return sets.to(torch.float32), targets
+
+
+def read_test_sets(path: str | Path, *, set_size: int, num_sets: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Labelled anomaly sets of a user file, for evaluation: ``(sets [S, N, D], targets [S])``.
+
+    The file (``.npz``/``.pt``) holds either fixed sets, ``sets [S, N, D]`` with ``targets [S]``
+    (the odd item's position), or items, ``features [N, D]`` with class ``labels [N]``, from which
+    ``num_sets`` fixed sets of ``set_size`` are drawn with ``seed`` (as a run's test split is).
+    Features are returned as stored (see :func:`standardize_like_run`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"anomaly: evaluation file {path} does not exist")
+    arrays = _read_arrays(path)
+    if "sets" in arrays:
+        sets, targets = read_sets(path)
+        if targets is None:
+            raise ValueError(f"{path}: has 'sets' but no 'targets' [S] (each set's odd position) to score against")
+        return sets, targets
+    if not {"features", "labels"} <= set(arrays):
+        raise ValueError(
+            f"{path}: expected 'features' [N, D] with 'labels' [N], or 'sets' [S, N, D] with 'targets' [S]; "
+            f"found {sorted(arrays)}"
+        )
+    x = _features(arrays["features"], "features", path)
+    y = _labels(arrays["labels"], "labels", path, len(x), "features")
+    _check_split(y, set_size, "evaluation", str(path))
+    dataset = SetAnomalyDataset(x, y, set_size, num_sets, seed=_mix_seed(seed, 3), fixed=True)
+    items, targets = dataset.epoch_sets()
+    return x[items], targets.clone()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -643,8 +766,9 @@ class EpochShuffleSampler(DistributedSampler):
     Carrying the epoch in the index keeps random training sets reproducible per epoch even in
     DataLoader worker processes. Lightning calls :meth:`set_epoch` at every epoch start; it is
     forwarded to the dataset. With ``num_replicas > 1`` each rank gets every ``num_replicas``-th
-    index of the shuffled order (padded by repetition, as :class:`DistributedSampler`); being a
-    DistributedSampler, Lightning keeps it instead of wrapping it in distributed runs.
+    index of the shuffled order, all ranks as many: the last ``len % num_replicas`` sets of the
+    epoch's order are left out (``drop_last`` of :class:`DistributedSampler`), so the shards are
+    disjoint.
     """
 
     def __init__(
@@ -656,7 +780,7 @@ class EpochShuffleSampler(DistributedSampler):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -757,13 +881,9 @@ class SetAnomalyDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self._require_setup()
         assert self.train_dataset is not None
-        trainer = getattr(self, "trainer", None)
-        sampler = EpochShuffleSampler(
-            self.train_dataset,
-            _mix_seed(self.cfg.seed, 4),
-            num_replicas=int(getattr(trainer, "world_size", 1) or 1),
-            rank=int(getattr(trainer, "global_rank", 0) or 0),
-        )
+        trainer = self.trainer
+        world, rank = process_shard(self)
+        sampler = EpochShuffleSampler(self.train_dataset, _mix_seed(self.cfg.seed, 4), num_replicas=world, rank=rank)
         sampler.set_epoch(int(trainer.current_epoch) if trainer is not None else 0)
         self._train_sampler = sampler
         return DataLoader(
@@ -774,16 +894,21 @@ class SetAnomalyDataModule(L.LightningDataModule):
             persistent_workers=False,
         )
 
-    def _eval_loader(self, dataset: SetAnomalyDataset | None) -> DataLoader:
+    def _eval_loader(self, dataset: SetAnomalyDataset | None, split: str) -> DataLoader:
+        """The sets in order; in a multi-process run each process gets its :class:`EvalBatches`."""
         self._require_setup()
         assert dataset is not None
+        world, rank = process_shard(self)
+        if world > 1:
+            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)
+            return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers)
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.val_dataset)
+        return self._eval_loader(self.val_dataset, "val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_dataset)
+        return self._eval_loader(self.test_dataset, "test")
 
     def artifacts(self) -> dict[str, Any]:
         """JSON-serialisable description of the data to save with a run (incl. the standardisation)."""

@@ -1,29 +1,26 @@
-"""Train/validation/test splits, one module for every task: by fraction, stratified by label,
-group-aware (no group in two splits, as scikit-learn's ``GroupShuffleSplit``) and fixed by files.
+"""Train/validation/test splits, one module for every task: by fraction, stratified by label, and
+group-aware (no group of examples straddles two splits).
 
-Every function returns a split id per example (``0`` train, ``1`` val, ``2`` test) as an ``int8``
-NumPy array, or index lists, and is deterministic in ``seed``.
+When examples come in groups (passages of one source document, items of one recording, the
+translations of one source sentence...), a random split puts members of one group on both sides:
+validation then measures memory of the group, not generalisation to new ones, and picks the wrong
+checkpoint. :func:`group_split` assigns whole groups, like scikit-learn's ``GroupShuffleSplit``,
+while keeping every split's class mix close to the whole data's (``StratifiedGroupKFold``'s aim) and
+each part's size close to its fraction of the *examples*.
+
+Every function is deterministic in ``seed``.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "SPLITS",
-    "TEST",
-    "TRAIN",
-    "VAL",
-    "fixed_split",
-    "fraction_split",
-    "group_split",
-    "split_indices",
-    "stratified_split",
-]
+__all__ = ["SPLITS", "TEST", "TRAIN", "VAL", "fraction_split", "group_split", "stratified_split"]
 
 SPLITS = ("train", "val", "test")
 TRAIN, VAL, TEST = 0, 1, 2
@@ -79,31 +76,66 @@ def stratified_split(labels: Sequence[int], fractions: Sequence[float], seed: in
     return sorted(rest), [sorted(p) for p in parts]
 
 
-def group_split(groups: Sequence[Hashable], val_fraction: float, test_fraction: float, seed: int) -> np.ndarray:
-    """Split ids such that all examples of a group share a split (no group in two splits).
+def group_split(
+    groups: Sequence[Any] | np.ndarray,
+    fractions: Sequence[float],
+    seed: int,
+    stratify: Sequence[Any] | np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """Split example indices ``0 .. len(groups) - 1`` by group.
 
-    Distinct groups (in order of first appearance) are shuffled with ``seed``; ``round(n_groups *
-    fraction)`` of them go to validation and to test. Used by translation (a group is a source
-    sentence: all its translations go to one split) and for user data with a group column.
+    ``fractions``: the share of the examples each *held-out* part should get (e.g. ``[val, test]``);
+    the rest is the first part (training). Returns ``[rest, part_0, part_1, ...]``: sorted int64
+    index arrays that together hold every index once, and every group's examples all in one of
+    them. With ``stratify`` (a label per example), each part's class counts are kept close to
+    ``fraction * class count``.
+
+    Groups are visited largest first (ties in a seeded random order) and each goes to the part whose
+    squared distance to its target counts (per class) grows least. A held-out part with a fraction
+    above 0 always gets at least one group when there are more groups than parts; otherwise a
+    ``ValueError`` says that there are too few groups. Deterministic in ``seed``.
     """
-    distinct = list(dict.fromkeys(groups))
-    order = list(range(len(distinct)))
-    random.Random(seed).shuffle(order)
-    n_val, n_test = round(len(distinct) * val_fraction), round(len(distinct) * test_fraction)
-    split_of: dict[Hashable, int] = {}
-    for rank, i in enumerate(order):
-        split_of[distinct[i]] = VAL if rank < n_val else TEST if rank < n_val + n_test else TRAIN
-    return np.fromiter((split_of[g] for g in groups), dtype=np.int8, count=len(groups))
-
-
-def fixed_split(sizes: dict[str, int]) -> np.ndarray:
-    """Split ids of examples that come in fixed files, concatenated in the order train, val, test."""
-    unknown = sorted(set(sizes) - set(SPLITS))
-    if unknown:
-        raise ValueError(f"fixed_split: unknown split names {unknown}; use {list(SPLITS)}")
-    return np.concatenate([np.full(sizes.get(name, 0), i, dtype=np.int8) for i, name in enumerate(SPLITS)])
-
-
-def split_indices(split_ids: np.ndarray) -> dict[str, list[int]]:
-    """``{"train": [...], "val": [...], "test": [...]}``: the indices of each split, in increasing order."""
-    return {name: np.flatnonzero(split_ids == i).tolist() for i, name in enumerate(SPLITS)}
+    groups = np.asarray(groups)
+    n = len(groups)
+    if groups.ndim != 1:
+        raise ValueError(f"groups must be one value per example (1-D), got shape {groups.shape}")
+    fractions = [float(f) for f in fractions]
+    if any(not 0.0 <= f < 1.0 for f in fractions) or sum(fractions) >= 1.0:
+        raise ValueError(f"fractions must each be in [0, 1) and sum to less than 1, got {fractions}")
+    labels = np.zeros(n, dtype=np.int64) if stratify is None else np.asarray(stratify)
+    if labels.shape != (n,):
+        raise ValueError(f"stratify must hold one label per example ({n}), got shape {labels.shape}")
+    parts = [[] for _ in range(len(fractions) + 1)]  # type: list[list[int]]
+    if n == 0:
+        return [np.zeros(0, dtype=np.int64) for _ in parts]
+    _, group_of = np.unique(groups, return_inverse=True)
+    _, label_of = np.unique(labels, return_inverse=True)
+    num_groups, num_classes = int(group_of.max()) + 1, int(label_of.max()) + 1
+    counts = np.zeros((num_groups, num_classes))
+    np.add.at(counts, (group_of, label_of), 1)
+    shares = np.array([1.0 - sum(fractions), *fractions])
+    target = shares[:, None] * counts.sum(0)[None, :]  # [parts, classes]
+    required = [p for p in range(1, len(shares)) if shares[p] > 0]
+    if required and num_groups <= len(required):
+        raise ValueError(
+            f"the data has {num_groups} group(s): too few to hold out whole groups for {len(required)} split(s) "
+            "and keep one for training; give more groups, or set the held-out fractions to 0"
+        )
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(num_groups)
+    order = order[np.argsort(-counts[order].sum(1), kind="stable")]  # largest first, random among equals
+    filled = np.zeros_like(target)
+    empty = set(required)
+    assigned = np.empty(num_groups, dtype=np.int64)
+    open_parts = [p for p in range(len(shares)) if shares[p] > 0]
+    for left, g in zip(range(num_groups, 0, -1), order):
+        # as many groups left as empty held-out parts: fill those first
+        candidates = sorted(empty) if len(empty) >= left else open_parts
+        growth = [float((((filled[p] + counts[g]) - target[p]) ** 2).sum() - ((filled[p] - target[p]) ** 2).sum())
+                  for p in candidates]  # fmt: skip
+        p = candidates[int(np.argmin(growth))]
+        filled[p] += counts[g]
+        assigned[g] = p
+        empty.discard(p)
+    part_of = assigned[group_of]
+    return [np.flatnonzero(part_of == p).astype(np.int64) for p in range(len(shares))]

@@ -74,14 +74,8 @@ class ReverseDataModule(SplitDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=identity_collate,
-            persistent_workers=self.num_workers > 0,
-        )
+        # The training order comes from its own seed (after the three splits' data seeds).
+        return self._seeded_loader(self.splits[split], shuffle, self.cfg.seed + 3, identity_collate, split)
 
     def artifacts(self) -> dict[str, Any]:
         return {"data": self.cfg.model_dump()}

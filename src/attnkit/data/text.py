@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule
 from attnkit.data.generators.reviews import generate_synthetic_corpus
-from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_table
-from attnkit.data.splits import stratified_split
+from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column, read_table
+from attnkit.data.splits import group_split, stratified_split
 from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "load_splits",
     "load_table",
     "pad_sequences",
+    "read_column",
     "read_table",
     "source_kind",
     "stratified_split",
@@ -60,6 +61,11 @@ class ClassifyDataConfig(DataConfig):
         text_column, label_column: columns (keys for jsonl) of table formats.
         test_source: separate test file for table formats; without it a stratified
             ``test_fraction`` of ``source`` is held out.
+        val_source: separate validation file for table formats (it picks the best checkpoint);
+            without it a stratified ``val_fraction`` of ``source`` is held out.
+        group_column: table formats: a column naming each row's group (e.g. its source
+            document). The splits cut from ``source`` then hold whole groups: no group is in
+            two splits (see :func:`attnkit.data.splits.group_split`), still stratified by label.
         max_len: tokens kept per text (truncated at the end).
         vocab_size: vocabulary size including ``<pad>`` and ``<unk>``.
         min_freq: words seen fewer times in the training texts map to ``<unk>``.
@@ -74,6 +80,8 @@ class ClassifyDataConfig(DataConfig):
     text_column: str = Field("text", min_length=1)
     label_column: str = Field("label", min_length=1)
     test_source: str | None = None
+    val_source: str | None = None
+    group_column: str | None = Field(None, min_length=1)
     max_len: int = Field(256, ge=1)
     vocab_size: int = Field(20000, ge=3)
     min_freq: int = Field(2, ge=1)
@@ -90,16 +98,21 @@ class ClassifyDataConfig(DataConfig):
                 f"data.source={self.source!r} is invalid: give 'synthetic', an aclImdb folder or a file ending in "
                 f"{_suffixes()} (got suffix {Path(self.source).suffix!r})"
             )
-        if self.test_source is not None:
-            if Path(self.test_source).suffix.lower() not in SUPPORTED_TABLE_SUFFIXES:
-                raise ValueError(
-                    f"data.test_source={self.test_source!r} is invalid: give a file ending in {_suffixes()}"
-                )
+        for name in ("test_source", "val_source"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if Path(value).suffix.lower() not in SUPPORTED_TABLE_SUFFIXES:
+                raise ValueError(f"data.{name}={value!r} is invalid: give a file ending in {_suffixes()}")
             if kind != "table":
                 raise ValueError(
-                    f"data.test_source={self.test_source!r} is invalid: leave it out when source is {kind!r} "
-                    "(it has its own test split)"
+                    f"data.{name}={value!r} is invalid: leave it out when source is {kind!r} (it has its own splits)"
                 )
+        if self.group_column is not None and kind != "table":
+            raise ValueError(
+                f"data.group_column={self.group_column!r} is invalid: leave it out when source is {kind!r} "
+                "(groups come from a column of a table file)"
+            )
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError(
                 f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
@@ -232,37 +245,47 @@ def load_table(
     label_column: str = "label",
     *,
     test_path: str | Path | None = None,
+    val_path: str | Path | None = None,
+    group_column: str | None = None,
     val_fraction: float = 0.1,
     test_fraction: float = 0.1,
     seed: int = 42,
 ) -> TextSplits:
     """Splits from a ``.csv``/``.tsv``/``.jsonl`` file (see :func:`read_table` for the format).
 
-    String labels map to ids in sorted order of the names (over both files); integer labels are
-    kept (``label_names`` are their ``str``) and must be ``0 .. K-1``. With ``test_path`` the
-    test split is that file and ``val_fraction`` of ``path`` is held out for validation;
-    without it, stratified ``val_fraction`` and ``test_fraction`` of ``path`` are held out.
+    String labels map to ids in sorted order of the names (over all files); integer labels are
+    kept (``label_names`` are their ``str``) and must be ``0 .. K-1``. ``test_path`` /
+    ``val_path`` give the test / validation split as files; the splits not given are held out of
+    ``path``, stratified: ``val_fraction`` and ``test_fraction`` of it. With ``group_column`` (a
+    column of ``path``) they hold whole groups (:func:`attnkit.data.splits.group_split`).
     """
     texts, raw = read_table(path, text_column, label_column)
-    test_texts: list[str] = []
-    test_raw: list[Any] = []
-    if test_path is not None:
-        test_texts, test_raw = read_table(test_path, text_column, label_column)
-    where = str(path) if test_path is None else f"{path} + {test_path}"
-    ids, names = _map_labels(raw + test_raw, where)
-    labels, test_labels = ids[: len(raw)], ids[len(raw) :]
-    if test_path is not None:
-        keep, (val_idx,) = stratified_split(labels, [val_fraction], seed)
+    given = {
+        name: read_table(p, text_column, label_column) for name, p in (("val", val_path), ("test", test_path)) if p
+    }
+    where = " + ".join(str(p) for p in (path, val_path, test_path) if p)
+    ids, names = _map_labels(raw + [y for _, labels in given.values() for y in labels], where)
+    labels, start = ids[: len(raw)], len(raw)
+    out: dict[str, tuple[list[str], list[int]]] = {}
+    for name, (split_texts, split_raw) in given.items():
+        out[name] = (split_texts, ids[start : start + len(split_raw)])
+        start += len(split_raw)
+    held = [name for name in ("val", "test") if name not in given]
+    fractions = [val_fraction if name == "val" else test_fraction for name in held]
+    if group_column is not None:
+        groups = read_column(path, group_column)
+        keep, *parts = (list(idx) for idx in group_split(groups, fractions, seed, stratify=labels))
     else:
-        keep, (val_idx, test_idx) = stratified_split(labels, [val_fraction, test_fraction], seed)
-        test_texts, test_labels = _take(texts, test_idx), _take(labels, test_idx)
+        keep, parts = stratified_split(labels, fractions, seed)
+    for name, idx in zip(held, parts):
+        out[name] = (_take(texts, idx), _take(labels, idx))
     return TextSplits(
         train_texts=_take(texts, keep),
         train_labels=_take(labels, keep),
-        val_texts=_take(texts, val_idx),
-        val_labels=_take(labels, val_idx),
-        test_texts=test_texts,
-        test_labels=test_labels,
+        val_texts=out["val"][0],
+        val_labels=out["val"][1],
+        test_texts=out["test"][0],
+        test_labels=out["test"][1],
         label_names=names,
     )
 
@@ -291,6 +314,8 @@ def load_splits(cfg: ClassifyDataConfig) -> TextSplits:
             cfg.text_column,
             cfg.label_column,
             test_path=cfg.test_source,
+            val_path=cfg.val_source,
+            group_column=cfg.group_column,
             val_fraction=cfg.val_fraction,
             test_fraction=cfg.test_fraction,
             seed=cfg.seed,
@@ -388,6 +413,23 @@ class TextClassificationDataModule(SplitDataModule):
             cfg = cfg.model_copy(update={"max_len": max_len})
         return cls(cfg, batch_size, num_workers, tokenizer=tokenizer, label_names=label_names)
 
+    @classmethod
+    def for_test_file(
+        cls, cfg: ClassifyDataConfig, artifacts: dict[str, Any], path: str | Path, batch_size: int = 32
+    ) -> TextClassificationDataModule:
+        """A module whose test split is the whole table file ``path`` (``cfg``'s text and label
+        columns), encoded with the run's tokenizer; labels are matched to the run's by name."""
+        dm = cls.from_artifacts(cfg, artifacts, batch_size)
+        texts, raw = read_table(path, cfg.text_column, cfg.label_column)
+        names = dm.label_names
+        unknown = sorted({str(y) for y in raw} - set(names))
+        if unknown:
+            raise ValueError(f"{path}: label(s) {unknown[:10]} are not among this run's labels {names}")
+        labels = [names.index(str(y)) for y in raw]
+        dm.splits = TextSplits([], [], [], [], texts, labels, names)
+        dm._encode_all()
+        return dm
+
     # -------------------------------------------------------------- lightning hooks
     def prepare_data(self) -> None:
         """Nothing to download."""
@@ -439,7 +481,7 @@ class TextClassificationDataModule(SplitDataModule):
         if split not in self.datasets:
             raise RuntimeError(f"TextClassificationDataModule: call setup() before {split}_dataloader()")
         collate = partial(collate_text_batch, pad_id=self.pad_id)
-        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate)
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate, split)
 
     def state_dict(self) -> dict[str, Any]:
         return self.artifacts() if self._tokenizer is not None and self._label_names is not None else {}

@@ -13,6 +13,7 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
 from attnkit.models.bert import BertConfig
 
@@ -36,7 +37,7 @@ def bert_config(hf: dict[str, Any], *, pooler: bool, source: str) -> BertConfig:
         unsupported.append(f"hidden_act={act!r} (supported: {', '.join(ACTIVATIONS)})")
     if unsupported:
         raise ConfigError(f"{source}: this BERT variant is not supported: {'; '.join(unsupported)}")
-    try:
+    with reading_config(source, "BERT"):
         return BertConfig(
             vocab_size=hf["vocab_size"],
             d_model=hf["hidden_size"],
@@ -51,10 +52,6 @@ def bert_config(hf: dict[str, Any], *, pooler: bool, source: str) -> BertConfig:
             pad_id=hf.get("pad_token_id", 0),
             pooler=pooler,
         )
-    except KeyError as err:
-        raise ConfigError(f"{source}: BERT config has no {err.args[0]!r}") from None
-    except ValueError as err:  # pydantic's ValidationError
-        raise ConfigError(f"{source}: invalid BERT config: {err}") from None
 
 
 def normalize_bert_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:

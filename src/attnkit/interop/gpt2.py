@@ -13,10 +13,11 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
 from attnkit.models.lm import LanguageModelConfig
 
-__all__ = ["gpt2_config", "gpt2_ignored", "gpt2_rules", "normalize_gpt2_names"]
+__all__ = ["gpt2_config", "gpt2_ignored", "gpt2_problems", "gpt2_rules", "hf_gpt2_config", "normalize_gpt2_names"]
 
 # gelu_new, gelu_fast and gelu_pytorch_tanh are the same tanh approximation (to float rounding).
 ACTIVATIONS = {
@@ -48,7 +49,7 @@ def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> Langu
         unsupported.append(f"activation_function={act!r} (supported: {', '.join(ACTIVATIONS)})")
     if unsupported:
         raise ConfigError(f"{source}: this GPT-2 variant is not supported: {'; '.join(unsupported)}")
-    try:
+    with reading_config(source, "GPT-2"):
         vocab_size, d_model = hf["vocab_size"], hf["n_embd"]
         if eos_id is None or not 0 <= eos_id < vocab_size:
             eos_id = hf.get("eos_token_id")
@@ -72,10 +73,6 @@ def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> Langu
             bos_id=eos_id,
             eos_id=eos_id,
         )
-    except KeyError as err:
-        raise ConfigError(f"{source}: GPT-2 config has no {err.args[0]!r}") from None
-    except ValueError as err:  # pydantic's ValidationError
-        raise ConfigError(f"{source}: invalid GPT-2 config: {err}") from None
 
 
 def normalize_gpt2_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -114,3 +111,58 @@ def gpt2_rules(config: LanguageModelConfig) -> list[Rule]:
         rules += pair(f"{dst}.ff.linear2", f"{src}.mlp.c_proj", transpose=True)
     rules += pair("decoder.norm", "ln_f")
     return rules
+
+
+def gpt2_problems(config: LanguageModelConfig) -> list[str]:
+    """What of ``config`` a GPT-2 checkpoint cannot express (empty when it exports)."""
+    c = config
+    problems = []
+    if c.positional != "learned":
+        problems.append(f"positional={c.positional!r} (GPT-2 learns its positions: positional='learned')")
+    if c.activation not in _EXPORT_ACTIVATIONS:
+        problems.append(f"activation={c.activation!r} (GPT-2's MLP takes one of {', '.join(_EXPORT_ACTIVATIONS)})")
+    if not c.norm_first:
+        problems.append("norm_first=false (GPT-2 is pre-norm)")
+    if not c.bias:
+        problems.append("bias=false (every GPT-2 linear layer and LayerNorm has a bias)")
+    if c.head_dim is not None and c.head_dim * c.num_heads != c.d_model:
+        problems.append(f"head_dim={c.head_dim} (GPT-2's heads split d_model: head_dim = d_model / num_heads)")
+    for field, value, default in _LLAMA_ONLY:
+        if getattr(c, field, default) != default and not (field == "qkv_bias" and getattr(c, field) == c.bias):
+            problems.append(f"{field}={getattr(c, field)!r} ({value})")
+    return problems
+
+
+# Fields of LanguageModelConfig GPT-2 has no equivalent for: (field, why, the value GPT-2 means).
+_LLAMA_ONLY = (
+    ("norm", "GPT-2 uses layernorm", "layernorm"),
+    ("num_kv_heads", "GPT-2 has as many key/value heads as query heads", None),
+    ("sliding_window", "GPT-2 attends to the whole context", None),
+    ("qkv_bias", "GPT-2's q/k/v biases follow bias", None),
+)
+_EXPORT_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+
+def hf_gpt2_config(config: LanguageModelConfig) -> dict[str, Any]:
+    """The Hugging Face ``config.json`` (dict) of a GPT-2-style attnkit config (see :func:`gpt2_problems`)."""
+    c = config
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": c.vocab_size,
+        "n_positions": c.max_len,
+        "n_embd": c.d_model,
+        "n_layer": c.num_layers,
+        "n_head": c.num_heads,
+        "n_inner": c.dim_feedforward,
+        "activation_function": _EXPORT_ACTIVATIONS[c.activation],
+        "layer_norm_epsilon": c.layer_norm_eps,
+        "resid_pdrop": c.dropout,
+        "embd_pdrop": c.dropout,
+        "attn_pdrop": c.dropout,
+        "tie_word_embeddings": c.tie_weights,
+        "bos_token_id": c.bos_id,
+        "eos_token_id": c.eos_id,
+        "pad_token_id": c.pad_id,
+        "dtype": "float32",
+    }

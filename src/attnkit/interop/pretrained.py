@@ -1,10 +1,10 @@
-"""Loading pretrained models from local folders: Hugging Face BERT and GPT-2 folders, and attnkit
-model folders (written by ``attnkit import`` / ``attnkit export``)."""
+"""Loading pretrained models from local folders: Hugging Face BERT, GPT-2, Llama, Mistral and Qwen2
+folders, and attnkit model folders (written by ``attnkit import`` / ``attnkit export``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
 from attnkit.interop.export import INFO_FILE, load_model, read_model_info, save_model
 from attnkit.interop.gpt2 import gpt2_config, gpt2_ignored, gpt2_rules, normalize_gpt2_names
+from attnkit.interop.llama import llama_config, llama_ignored, llama_rules, normalize_llama_names
 from attnkit.interop.weights import convert_state_dict, load_weights, weight_names
-from attnkit.models import BertClassifier, BertConfig, BertEncoder, LanguageModel
+from attnkit.models import BertClassifier, BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -35,6 +36,9 @@ __all__ = [
 SUPPORTED_MODEL_TYPES = {
     "bert": "BERT encoders (BertModel, BertForMaskedLM, BertForPreTraining, ...; task heads are left out)",
     "gpt2": "GPT-2 decoders (GPT2LMHeadModel, GPT2Model)",
+    "llama": "Llama decoders (LlamaForCausalLM, LlamaModel)",
+    "mistral": "Mistral decoders (MistralForCausalLM, MistralModel)",
+    "qwen2": "Qwen2 decoders (Qwen2ForCausalLM, Qwen2Model)",
 }
 
 
@@ -102,10 +106,11 @@ class Pretrained:
 def load_pretrained(path: str | Path) -> Pretrained:
     """Load the model and tokenizer in folder ``path``.
 
-    A Hugging Face folder (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``, and
-    ``tokenizer.json`` or ``vocab.txt`` / ``vocab.json`` + ``merges.txt``) of a supported
-    ``model_type`` (:data:`SUPPORTED_MODEL_TYPES`) is converted: BERT to :class:`BertEncoder`,
-    GPT-2 to :class:`LanguageModel`; every tensor is mapped by name, and a missing, unexpected or
+    A Hugging Face folder (``config.json``, ``model.safetensors``, shards listed by
+    ``model.safetensors.index.json`` or ``pytorch_model.bin``, and ``tokenizer.json`` or
+    ``vocab.txt`` / ``vocab.json`` + ``merges.txt``) of a supported ``model_type``
+    (:data:`SUPPORTED_MODEL_TYPES`) is converted: BERT to :class:`BertEncoder`, GPT-2, Llama,
+    Mistral and Qwen2 to :class:`LanguageModel`; every tensor is mapped by name, and a missing, unexpected or
     mis-shaped tensor is an error that names it. An attnkit model folder (``attnkit.json``) is
     loaded as it was saved. Weights are read without running pickled code (safetensors, or
     ``torch.load(weights_only=True)``), into float32 models.
@@ -124,19 +129,20 @@ def load_pretrained(path: str | Path) -> Pretrained:
         bert_cfg = bert_config(hf, pooler="pooler.dense.weight" in tensors, source=str(folder / "config.json"))
         model, name = BertEncoder(bert_cfg), "bert"
         state = convert_state_dict(tensors, bert_rules(bert_cfg), model, ignore=bert_ignored, source=source)
-    else:
+    elif hf["model_type"] == "gpt2":
         tensors = normalize_gpt2_names(tensors)
         eos = tokenizer.eos_id if tokenizer is not None else None
         lm_cfg = gpt2_config(hf, eos_id=eos, source=str(folder / "config.json"))
         model, name = LanguageModel(lm_cfg), "lm"
-        tied_head = lm_cfg.tie_weights and "lm_head.weight" in tensors
-        if tied_head and not torch.equal(tensors["lm_head.weight"], tensors.get("wte.weight", torch.empty(0))):
-            raise CheckpointError(
-                f"{source}: config.json ties the output layer to the token embedding (tie_word_embeddings) "
-                "but lm_head.weight differs from wte.weight"
-            )
-        ignore = (lambda n: n == "lm_head.weight" or gpt2_ignored(n)) if tied_head else gpt2_ignored
+        ignore = _tied_head(tensors, lm_cfg, "wte.weight", gpt2_ignored, source)
         state = convert_state_dict(tensors, gpt2_rules(lm_cfg), model, ignore=ignore, source=source)
+    else:
+        tensors = normalize_llama_names(tensors)
+        bos, eos = (tokenizer.bos_id, tokenizer.eos_id) if tokenizer is not None else (None, None)
+        lm_cfg = llama_config(hf, bos_id=bos, eos_id=eos, source=str(folder / "config.json"))
+        model, name = LanguageModel(lm_cfg), "lm"
+        ignore = _tied_head(tensors, lm_cfg, "embed_tokens.weight", llama_ignored, source)
+        state = convert_state_dict(tensors, llama_rules(lm_cfg), model, ignore=ignore, source=source)
     model.load_state_dict(state, strict=True)
     vocab_size = model.config.vocab_size  # type: ignore[union-attr]
     if tokenizer is not None and tokenizer.vocab_size > vocab_size:
@@ -144,6 +150,25 @@ def load_pretrained(path: str | Path) -> Pretrained:
             f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size}"
         )
     return Pretrained(model.eval(), name, tokenizer, folder, hf)
+
+
+def _tied_head(
+    tensors: dict[str, Tensor],
+    config: LanguageModelConfig,
+    embedding: str,
+    ignored: Callable[[str], bool],
+    source: str,
+) -> Callable[[str], bool]:
+    """The ``ignore`` of a decoder file: with tied weights a stored ``lm_head.weight`` must equal the
+    token embedding ``embedding`` and is then left out."""
+    if not (config.tie_weights and "lm_head.weight" in tensors):
+        return ignored
+    if not torch.equal(tensors["lm_head.weight"], tensors.get(embedding, torch.empty(0))):
+        raise CheckpointError(
+            f"{source}: config.json ties the output layer to the token embedding (tie_word_embeddings) "
+            f"but lm_head.weight differs from {embedding}"
+        )
+    return lambda n: n == "lm_head.weight" or ignored(n)
 
 
 def import_model(path: str | Path, out: str | Path) -> Pretrained:

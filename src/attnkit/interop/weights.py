@@ -21,7 +21,15 @@ from torch import Tensor, nn
 
 from attnkit.errors import CheckpointError
 
-__all__ = ["WEIGHT_FILES", "Rule", "convert_state_dict", "load_weights", "read_weights", "weight_names"]
+__all__ = [
+    "WEIGHT_FILES",
+    "Rule",
+    "convert_state_dict",
+    "export_state_dict",
+    "load_weights",
+    "read_weights",
+    "weight_names",
+]
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 _SHOWN = 8  # names listed per kind of problem
@@ -97,20 +105,26 @@ class Rule:
     """One tensor of the attnkit model, ``target``, made of ``sources`` of the file.
 
     Several sources are concatenated along dim 0 (BERT's query, key, value -> the fused
-    ``in_proj``); ``transpose`` turns GPT-2's ``Conv1D`` weights ``[in, out]`` into ``nn.Linear``'s
-    ``[out, in]``.
+    ``in_proj``), in equal parts, or in the sizes ``split`` (grouped-query attention: fewer key and
+    value rows than query rows); ``transpose`` turns GPT-2's ``Conv1D`` weights ``[in, out]`` into
+    ``nn.Linear``'s ``[out, in]``. :func:`export_state_dict` applies the rules backwards.
     """
 
     target: str
     sources: tuple[str, ...]
     transpose: bool = False
+    split: tuple[int, ...] | None = None
 
 
-def _expected_shape(rule: Rule, target: torch.Size) -> tuple[int, ...]:
-    shape = list(target)
-    if len(rule.sources) > 1:
-        shape[0] //= len(rule.sources)
-    return tuple(reversed(shape)) if rule.transpose else tuple(shape)
+def _source_shapes(rule: Rule, target: torch.Size) -> list[tuple[int, ...]]:
+    """The shape each source of ``rule`` must have for a target of shape ``target``."""
+    n = len(rule.sources)
+    sizes = list(rule.split) if rule.split is not None else [target[0] // n] * n if target else [0] * n
+    shapes = []
+    for size in sizes:
+        shape = [size, *target[1:]] if n > 1 else list(target)
+        shapes.append(tuple(reversed(shape)) if rule.transpose else tuple(shape))
+    return shapes
 
 
 def convert_state_dict(
@@ -134,9 +148,9 @@ def convert_state_dict(
     for rule in rules:
         if rule.target not in expected:
             raise KeyError(f"conversion rule for {rule.target!r}, which {type(model).__name__} does not have")
-        want = _expected_shape(rule, expected[rule.target].shape)
+        wants = _source_shapes(rule, expected[rule.target].shape)
         parts = []
-        for name in rule.sources:
+        for name, want in zip(rule.sources, wants, strict=True):
             used.add(name)
             if name not in tensors:
                 missing.append(name)
@@ -160,4 +174,20 @@ def convert_state_dict(
         raise CheckpointError(f"{source} does not match its config:\n" + "\n".join(problems))
     if uncovered:
         raise KeyError(f"no conversion rule for {uncovered[:_SHOWN]} of {type(model).__name__}")
+    return out
+
+
+def export_state_dict(state: dict[str, Tensor], rules: Iterable[Rule]) -> dict[str, Tensor]:
+    """The file's tensors (names as in the file) made from an attnkit ``state`` dict: ``rules``
+    (as for :func:`convert_state_dict`) applied backwards, fused tensors split into their sources.
+    A source named by several rules (a tied output layer) is written once. Tensors are contiguous
+    copies, ready for ``safetensors``."""
+    out: dict[str, Tensor] = {}
+    for rule in rules:
+        value = state[rule.target]
+        shapes = _source_shapes(rule, value.shape)
+        rows = [shape[-1] if rule.transpose else shape[0] for shape in shapes]
+        parts = value.split(rows, dim=0) if len(rule.sources) > 1 else (value,)
+        for name, part in zip(rule.sources, parts, strict=True):
+            out.setdefault(name, (part.t() if rule.transpose else part).detach().contiguous().clone())
     return out

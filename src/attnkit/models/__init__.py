@@ -4,6 +4,7 @@ from attnkit.models.bert import BertClassifier, BertClassifierConfig, BertConfig
 from attnkit.models.config import EncoderConfig, StrictModel
 from attnkit.models.encoders import ClassifierConfig, PredictorConfig, SequenceClassifier, TransformerPredictor
 from attnkit.models.lm import LanguageModel, LanguageModelConfig
+from attnkit.models.lora import LoraConfig, apply_lora, merge_lora
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 MODELS = {
@@ -35,11 +36,14 @@ __all__ = [
     "EncoderConfig",
     "LanguageModel",
     "LanguageModelConfig",
+    "LoraConfig",
     "PredictorConfig",
     "Seq2SeqConfig",
     "Seq2SeqTransformer",
     "SequenceClassifier",
     "StrictModel",
     "TransformerPredictor",
+    "apply_lora",
     "build_model",
+    "merge_lora",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attnkit.tasks.anomaly import AnomalyTask
 from attnkit.tasks.base import ModelSpec, Task, TaskConfig
@@ -29,9 +30,10 @@ def load_run(path: str | Path) -> LoadedRun:
     return runner.load_run(path, TASKS)
 
 
-def evaluate(path: str | Path) -> dict[str, float]:
-    """Test a trained run (folder or checkpoint file) on its task's test split; returns the test metrics."""
-    return runner.evaluate(load_run(path))
+def evaluate(path: str | Path, trainer: dict[str, Any] | None = None) -> dict[str, float]:
+    """Test a trained run (folder or checkpoint file) on its task's test split; returns the test metrics.
+    ``trainer`` overrides the run's trainer section (see :func:`attnkit.training.runner.evaluate`)."""
+    return runner.evaluate(load_run(path), trainer)
 
 
 __all__ = ["TASKS", "LoadedRun", "ModelSpec", "Task", "TaskConfig", "evaluate", "get_task", "load_run"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.sets import AnomalyDataConfig, SetAnomalyDataModule
+from attnkit.data.base import TestDataModule
+from attnkit.data.sets import (
+    AnomalyDataConfig,
+    SetAnomalyDataModule,
+    read_sets,
+    read_test_sets,
+    standardize_like_run,
+)
+from attnkit.data.synthetic import BatchedTensorDataset, identity_collate
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
@@ -54,6 +63,7 @@ class AnomalyTask(Task[AnomalyConfig]):
     summary = "set anomaly detection: which item is of another class (digits built in; .npz/.pt; CIFAR-100)"
     config_cls = AnomalyConfig
     module_cls = AnomalyModule
+    feature_inputs = True
 
     def build_datamodule(self, cfg: AnomalyConfig, artifacts: dict[str, Any] | None = None) -> SetAnomalyDataModule:
         return SetAnomalyDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
@@ -64,9 +74,10 @@ class AnomalyTask(Task[AnomalyConfig]):
         )
         return ModelSpec("predictor", model.model_dump(), num_classes=datamodule.set_size)
 
-    def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
-        """Each input: an index into the test sets, or a .npz/.pt file holding ``sets [S, N, D]``
-        (already standardised like the training features)."""
+    def predict(self, module: TaskModule, inputs: list[str], *, standardized: bool = False) -> list[str]:
+        """Each input: an index into the test sets, or a .npz/.pt file holding ``sets [S, N, D]`` of
+        raw features, standardised here as the run's training features were (``standardized=True``:
+        the file's features already are)."""
         cfg = AnomalyConfig.model_validate(module.hparams["config"])
         out: list[str] = []
         test_sets = None
@@ -84,10 +95,43 @@ class AnomalyTask(Task[AnomalyConfig]):
                 guess = f"odd one out at {int(probs.argmax())} (p={float(probs.max()):.3f})"
                 out.append(f"set {index}: {guess}, true {int(target)}")
             else:
-                sets = _load_sets(Path(item))
+                sets = self._input_sets(module, item, standardized)[0]
                 for i, probs in enumerate(self._probs(module, sets)):
                     out.append(f"{item}[{i}]: odd one out at {int(probs.argmax())} (p={float(probs.max()):.3f})")
         return out
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> TestDataModule:
+        """A .npz/.pt file of ``features [N, D]`` + ``labels [N]`` (``data.test_sets`` fixed sets are
+        drawn from the items, as a run's test split is) or of ``sets [S, N, D]`` + ``targets [S]``;
+        raw features are standardised with the run's training mean/std unless ``standardized``."""
+        sets, targets = read_test_sets(
+            path, set_size=cfg.data.set_size, num_sets=cfg.data.test_sets, seed=cfg.data.seed
+        )
+        sets = standardize_like_run(sets, artifacts, standardized=standardized, where=str(path))
+        return TestDataModule(BatchedTensorDataset(sets, targets), batch_size, identity_collate)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per set of the file (``sets [S, N, D]``, raw features unless ``standardized``):
+        ``{"set", "odd_position", "probability"}`` (+ ``"target"`` when the file has ``targets``)."""
+        sets, targets = self._input_sets(module, path, standardized)
+        for start, x in zip(range(0, len(sets), batch_size), sets.split(batch_size)):
+            best, position = self._probs(module, x).max(-1)
+            for i, (p, k) in enumerate(zip(best.tolist(), position.tolist()), start=start):
+                record: dict[str, Any] = {"set": i, "odd_position": k, "probability": p}
+                if targets is not None:
+                    record["target"] = int(targets[i])
+                yield record
+
+    @staticmethod
+    def _input_sets(module: TaskModule, path: str | Path, standardized: bool) -> tuple[Tensor, Tensor | None]:
+        sets, targets = read_sets(path)
+        return standardize_like_run(
+            sets, module.hparams["artifacts"], standardized=standardized, where=str(path)
+        ), targets
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
@@ -95,8 +139,8 @@ class AnomalyTask(Task[AnomalyConfig]):
         """Self-attention between the items of a set, with the predicted probability of each item.
 
         ``texts`` as for :meth:`predict`: a test-set index, or a .npz/.pt file holding
-        ``sets [S, N, D]`` (one example per set); ``indices``: validation sets. The true odd item
-        is marked ``*``.
+        ``sets [S, N, D]`` of raw features (one example per set; standardised as the run's training
+        features were); ``indices``: validation sets. The true odd item is marked ``*``.
         """
         sets: list[tuple[str, Tensor, int | None]] = []
         dm = None
@@ -105,7 +149,7 @@ class AnomalyTask(Task[AnomalyConfig]):
                 dm = dm or self._setup_datamodule(module)
                 sets.append(self._known_set(dm.test_dataset, "test", int(item)))
             else:
-                for i, x in enumerate(_load_sets(Path(item))):
+                for i, x in enumerate(self._input_sets(module, item, standardized=False)[0]):
                     sets.append((f"{item}[{i}]", x, None))
         for index in indices or []:
             dm = dm or self._setup_datamodule(module)
@@ -149,23 +193,3 @@ class AnomalyTask(Task[AnomalyConfig]):
     def _probs(module: TaskModule, x: Tensor) -> Tensor:
         with torch.no_grad():
             return module(x.float()).softmax(-1)
-
-
-def _load_sets(path: Path) -> Tensor:
-    if not path.is_file():
-        raise FileNotFoundError(f"anomaly: {path} is neither a test-set index nor a file")
-    if path.suffix == ".npz":
-        import numpy as np
-
-        with np.load(path) as data:
-            if "sets" not in data:
-                raise ValueError(f"{path}: expected an array 'sets' [S, N, D], found {sorted(data.files)}")
-            sets = torch.from_numpy(data["sets"])
-    else:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-        sets = data["sets"] if isinstance(data, dict) and "sets" in data else data
-    if not isinstance(sets, Tensor) or sets.dim() != 3:
-        raise ValueError(
-            f"{path}: 'sets' must be [num_sets, set_size, features], got {getattr(sets, 'shape', type(sets))}"
-        )
-    return sets

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -9,11 +11,18 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule
+from attnkit.data.base import chunks, numbered_inputs
+from attnkit.data.text import (
+    SUPPORTED_TABLE_SUFFIXES,
+    ClassifyDataConfig,
+    TextClassificationDataModule,
+    read_column,
+)
 from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -21,7 +30,7 @@ from attnkit.training.module import ClassifierModule, TaskModule
 __all__ = ["ClassifyConfig", "ClassifyModule", "ClassifyTask"]
 
 
-class ClassifyModelConfig(EncoderConfig):
+class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 2
@@ -45,6 +54,8 @@ class ClassifyConfig(TaskConfig):
 
 
 class ClassifyModule(ClassifierModule):
+    lora_train_modules = ("head",)  # the new head is trained in full with model.lora
+
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         ids, mask, labels = batch
         logits = self.model(ids, mask)
@@ -70,7 +81,7 @@ class ClassifyTask(Task[ClassifyConfig]):
         if cfg.model.init:
             return self._pretrained_spec(cfg, datamodule)
         model = ClassifierConfig(
-            **cfg.model.model_dump(exclude={"init"}),
+            **cfg.model.model_dump(exclude={"init", "lora"}),
             vocab_size=datamodule.vocab_size,
             num_classes=datamodule.num_classes,
             max_len=datamodule.max_len,
@@ -102,7 +113,8 @@ class ClassifyTask(Task[ClassifyConfig]):
     def init_weights(self, module: TaskModule, cfg: ClassifyConfig) -> None:
         """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
         if cfg.model.init:
-            module.model.bert.load_state_dict(load_encoder(cfg.model.init).state_dict())
+            encoder = load_encoder(cfg.model.init).state_dict()
+            load_base_state_dict(module.model.bert, encoder, source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         cfg = ClassifyConfig.model_validate(module.hparams["config"])
@@ -113,6 +125,32 @@ class ClassifyTask(Task[ClassifyConfig]):
         names = module.hparams["artifacts"]["label_names"]
         best = probs.argmax(-1)
         return [f"{names[int(i)]}\t{float(p[i]):.3f}" for i, p in zip(best, probs)]
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> TextClassificationDataModule:
+        """A .csv/.tsv/.jsonl file with the run's ``data.text_column`` and ``data.label_column``."""
+        return TextClassificationDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per text: ``{"line" or "row", "label", "probability"}``. A .csv/.tsv/.jsonl file gives its
+        ``data.text_column`` (``"row"``: the data row, from 1); any other file one text per line."""
+        cfg = ClassifyConfig.model_validate(module.hparams["config"])
+        dm = self.build_datamodule(cfg, module.hparams["artifacts"])
+        if Path(str(path)).suffix.lower() in SUPPORTED_TABLE_SUFFIXES:
+            key, inputs = "row", list(enumerate(read_column(path, cfg.data.text_column), start=1))
+        else:
+            key, inputs = "line", numbered_inputs(path)
+        names = dm.label_names
+        for chunk in chunks(inputs, batch_size):
+            ids, mask = dm.encode_texts([text for _, text in chunk])
+            with torch.no_grad():
+                probs = module.model(ids.to(module.device), mask.to(module.device)).softmax(-1)
+            best, label = probs.max(-1)
+            for (number, _), p, k in zip(chunk, best.tolist(), label.tolist()):
+                yield {key: number, "label": names[k], "probability": p}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

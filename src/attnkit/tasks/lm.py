@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor
 from torchmetrics import SumMetric
 
-from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, tokenizer_of
+from attnkit.data.base import numbered_inputs
+from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, pack_documents, tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
+from attnkit.errors import ConfigError
+from attnkit.interop import load_model, read_model_info
+from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
+from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import ClassifierModule, TaskModule
@@ -30,7 +36,7 @@ __all__ = [
 ]
 
 
-class LMModelConfig(LanguageModelArchitecture):
+class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
     """A small character-level GPT that learns the built-in corpus in a couple of minutes on a CPU
     (no dropout: a short run on a large corpus does not overfit, and dropout slows a CPU step ~1.5x)."""
 
@@ -40,6 +46,12 @@ class LMModelConfig(LanguageModelArchitecture):
     dim_feedforward: int = 512
     dropout: float = 0.0
     max_len: int = 64
+    init: str | None = Field(
+        None,
+        description="start from a trained language model: an attnkit lm run (folder or checkpoint) or an "
+        "`attnkit export` folder of one. Its tokenizer and architecture replace data.tokenizer/vocab_size and the "
+        "model keys above (dropout still applies; max_len is the block length, at most the base's context)",
+    )
 
 
 class LMConfig(TaskConfig):
@@ -57,8 +69,10 @@ class LanguageModelModule(ClassifierModule):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.nll_sum = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
-        self.token_count = torch.nn.ModuleDict({s: SumMetric() for s in ("val", "test")})
+        # Summed over every batch of every process (torchmetrics adds the processes' sums), in
+        # float64 so that the order of the additions does not show in the figures.
+        self.nll_sum = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
+        self.token_count = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
         self._batch_nll: tuple[Tensor, int] | None = None
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -91,10 +105,13 @@ class LanguageModelModule(ClassifierModule):
         self.token_count[stage].reset()
         if self.trainer.sanity_checking or float(count) == 0:
             return
-        self.log(f"{stage}/ppl", torch.exp(nll / count))
+        # nll and count are the whole split's (summed over the processes), so the figures are the
+        # same on every process; the "max" sync keeps them bit-exact and tells Lightning they are global.
+        self.log(f"{stage}/ppl", torch.exp(nll / count), sync_dist=True, reduce_fx="max")
         datamodule = getattr(self.trainer, "datamodule", None)
         if isinstance(datamodule, LanguageModelDataModule) and datamodule.documents:
-            self.log(f"{stage}/bpc", nll / math.log(2) / datamodule.num_chars(stage))
+            bpc = nll / math.log(2) / datamodule.num_chars(stage)
+            self.log(f"{stage}/bpc", bpc, sync_dist=True, reduce_fx="max")
 
     def on_validation_epoch_end(self) -> None:
         self._log_text_metrics("val")
@@ -114,13 +131,31 @@ class LanguageModelTask(Task[LMConfig]):
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
+        if cfg.model.init:  # the base model's tokenizer
+            return LanguageModelDataModule.from_artifacts(cfg.data, load_lm_base(cfg.model.init)[1], **kw)
         return LanguageModelDataModule(cfg.data, progress=cfg.trainer.progress_bar, **kw)
 
     def model_spec(self, cfg: LMConfig, datamodule: Any) -> ModelSpec:
+        if cfg.model.init:
+            base = load_lm_base(cfg.model.init)[0].config
+            if cfg.model.max_len > base.max_len:
+                raise ConfigError(
+                    f"model.max_len={cfg.model.max_len} is longer than the context of model.init={cfg.model.init} "
+                    f"({base.max_len} positions); set model.max_len={base.max_len} or less"
+                )
+            model = base.model_copy(update={"dropout": cfg.model.dropout})
+            return ModelSpec("lm", model.model_dump(), num_classes=model.vocab_size)
+        arch = cfg.model.model_dump(exclude={"init", "lora"})
         model = LanguageModelConfig(
-            **cfg.model.model_dump(), vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
+            **arch, vocab_size=datamodule.vocab_size, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID
         )
         return ModelSpec("lm", model.model_dump(), num_classes=datamodule.vocab_size)
+
+    def init_weights(self, module: TaskModule, cfg: LMConfig) -> None:
+        """With ``model.init``, the model starts from the base's weights (with ``model.lora``, they stay frozen)."""
+        if cfg.model.init:
+            model, _ = load_lm_base(cfg.model.init)
+            load_base_state_dict(module.model, model.state_dict(), source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input is a prompt; the output is the prompt and its greedy continuation (at most 200
@@ -131,6 +166,41 @@ class LanguageModelTask(Task[LMConfig]):
             (text,) = generate_text(module.model, tokenizer, prompt, max_new_tokens=200, temperature=0.0)
             out.append(text.replace("\\", "\\\\").replace("\n", "\\n"))
         return out
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> LanguageModelDataModule:
+        """A UTF-8 text file (or a folder of ``*.txt`` files), cut into documents as ``data.split_on`` says."""
+        return LanguageModelDataModule.for_test_file(
+            cfg.data, artifacts, path, block=cfg.model.max_len, batch_size=batch_size
+        )
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Scores every non-blank line as a text: ``{"line", "perplexity", "nll", "tokens"}``.
+
+        Each text is read as a document (``<bos>`` text ``<eos>``); ``tokens`` are the predicted
+        ones (the text's and ``<eos>``), ``nll`` their summed negative log-likelihood in nats and
+        ``perplexity = exp(nll / tokens)``. A text longer than the context is cut into consecutive
+        blocks of it (as in training). ``batch_size`` blocks run at a time."""
+        tokenizer = tokenizer_of(module.hparams["artifacts"])
+        block = module.model.config.max_len
+        lines = numbered_inputs(path)
+        packed = [pack_documents([tokenizer.encode(text)], block) for _, text in lines]
+        owner = torch.cat([torch.full((len(x),), i) for i, (x, _) in enumerate(packed)])
+        inputs = torch.cat([x for x, _ in packed])
+        targets = torch.cat([y for _, y in packed])
+        nll = torch.zeros(len(lines), dtype=torch.float64)
+        for rows in torch.arange(len(inputs)).split(batch_size):
+            with torch.no_grad():
+                logits = module.model(inputs[rows].to(module.device)).float()
+            y = targets[rows].to(module.device)
+            loss = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none").sum(-1)
+            nll.index_add_(0, owner[rows], loss.double().cpu())
+        counts = torch.zeros(len(lines), dtype=torch.long).index_add_(0, owner, (targets != IGNORE_INDEX).sum(-1))
+        for (number, _), total, n in zip(lines, nll.tolist(), counts.tolist()):
+            yield {"line": number, "perplexity": math.exp(total / n), "nll": total, "tokens": n}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
@@ -169,6 +239,33 @@ class LanguageModelTask(Task[LMConfig]):
 def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
     text = tokenizer.decode([token_id], skip_special=False)
     return text.replace(" ", "\u2423").replace("\n", "\\n") or "\u2205"
+
+
+def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
+    """The language model at ``path`` (``model.init``) as a plain model (a LoRA run's adapters merged),
+    and the data artifacts of its run (its tokenizer): an attnkit ``lm`` run folder or checkpoint, or an
+    ``attnkit export`` folder of one."""
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"model.init: no lm run, checkpoint or model folder at {folder}")
+    if folder.is_dir() and (folder / INFO_FILE).is_file():
+        info = read_model_info(folder)
+        if info["model"]["name"] != "lm" or info.get("task") != LanguageModelTask.name or not info.get("artifacts"):
+            raise ConfigError(
+                f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm "
+                "task starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
+            )
+        return load_model(folder), info["artifacts"]  # type: ignore[return-value]
+    if folder.is_dir() and (folder / "config.json").is_file():
+        raise ConfigError(
+            f"model.init={folder} is a Hugging Face folder; the lm task trains with attnkit's own tokenizers, so it "
+            "starts from an attnkit lm run (or an `attnkit export` folder of one). Load Hugging Face decoders with "
+            "attnkit.interop.load_pretrained"
+        )
+    loaded = load_run(folder, LanguageModelTask())
+    model = merge_lora(loaded.module.model)
+    assert isinstance(model, LanguageModel)
+    return model, loaded.hparams["artifacts"]
 
 
 # ====================================================================== generation

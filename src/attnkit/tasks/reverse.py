@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.synthetic import ReverseDataConfig, ReverseDataModule
+from attnkit.data.base import TestDataModule, chunks, numbered_inputs
+from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, identity_collate
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
@@ -79,6 +82,28 @@ class ReverseTask(Task[ReverseConfig]):
             out.append(" ".join(str(int(s)) for s in pred))
         return out
 
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> TestDataModule:
+        """A text file of sequences, one per line (symbols separated by spaces, as for :meth:`predict`);
+        each sequence's label is the sequence reversed."""
+        _, inputs = _read_sequences(path, cfg.data.num_categories, cfg.data.seq_len)
+        return TestDataModule(BatchedTensorDataset(inputs, inputs.flip(-1)), batch_size, identity_collate)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per line: ``{"line", "input", "prediction", "probability"}``, the probability being the mean
+        over positions of the predicted symbol's probability."""
+        cfg = module.hparams["config"]["data"]
+        lines, inputs = _read_sequences(path, cfg["num_categories"], cfg["seq_len"])
+        for chunk, x in zip(chunks(lines, batch_size), inputs.split(batch_size)):
+            with torch.no_grad():
+                probs = module(x.to(module.device)).softmax(-1)
+            best, pred = probs.max(-1)
+            for (number, text), p, symbols in zip(chunk, best.mean(-1).tolist(), pred.tolist()):
+                yield {"line": number, "input": text, "prediction": " ".join(map(str, symbols)), "probability": p}
+
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
     ) -> list[AttentionExample]:
@@ -122,3 +147,20 @@ def _parse_symbols(text: str, n: int) -> list[int]:
     if not symbols or min(symbols) < 0 or max(symbols) >= n:
         raise ValueError(f"reverse: symbols must be integers in [0, {n}), got {text!r}")
     return symbols
+
+
+def _read_sequences(path: str | Path, n: int, seq_len: int) -> tuple[list[tuple[int, str]], Tensor]:
+    """The non-blank lines of ``path`` and their symbols ``[N, seq_len]`` (one sequence per line)."""
+    lines = numbered_inputs(path)
+    rows = []
+    for number, text in lines:
+        try:
+            symbols = _parse_symbols(text, n)
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
+        if len(symbols) != seq_len:
+            raise ValueError(
+                f"{path}:{number}: this model was trained on sequences of {seq_len} symbols, got {len(symbols)}"
+            )
+        rows.append(symbols)
+    return lines, torch.tensor(rows)

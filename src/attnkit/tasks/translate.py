@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,12 +13,14 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from attnkit.config import StrictModel
+from attnkit.data.base import numbered_inputs, read_lines
 from attnkit.data.pairs import PairsDataConfig, PairsDataModule, tokenizers_from_artifacts
 from attnkit.data.tokenizers import EOS_ID, Tokenizer
 from attnkit.models.config import EncoderConfig
 from attnkit.models.seq2seq import Hypotheses, Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.training.config import OptimConfig, TrainerConfig
+from attnkit.training.distributed import gather_lists
 from attnkit.training.module import ClassifierModule, TaskModule
 from attnkit.training.runner import load_run
 
@@ -30,6 +32,7 @@ __all__ = [
     "corpus_scores",
     "read_lines",
     "translate_run",
+    "translate_scored",
     "translate_texts",
 ]
 
@@ -172,8 +175,13 @@ class TranslateModule(ClassifierModule):
         self._refs += [refs[i] for i in index.tolist()]
 
     def on_test_epoch_end(self) -> None:
-        for name, value in corpus_scores(self._hyps, self._refs).items():
-            self.log(f"test/{name}", value, sync_dist=True)
+        # A corpus score is not a mean of per-process scores: in a multi-process run every process
+        # gathers all translations and references and scores the whole test split (sacrebleu sums
+        # the statistics of every sentence). The figures are then identical on every process; the
+        # "max" sync keeps them bit-exact and tells Lightning they are global.
+        hyps, refs = gather_lists(self._hyps), gather_lists(self._refs)
+        for name, value in corpus_scores(hyps, refs).items():
+            self.log(f"test/{name}", torch.tensor(value, dtype=torch.float64), sync_dist=True, reduce_fx="max")
 
 
 # ====================================================================== translating user text
@@ -185,7 +193,12 @@ def _source_ids(module: TranslateModule, text: str) -> tuple[list[int], int]:
     return [*ids[: module.data_config.max_len], EOS_ID], len(ids)
 
 
-def translate_texts(
+def translate_texts(module: TaskModule, texts: Sequence[str], **options: Any) -> list[str]:
+    """One translation per text (:func:`translate_scored` without the scores; same options)."""
+    return [text for text, _ in translate_scored(module, texts, **options)]
+
+
+def translate_scored(
     module: TaskModule,
     texts: Sequence[str],
     *,
@@ -193,14 +206,15 @@ def translate_texts(
     length_penalty: float | None = None,
     batch_size: int = 64,
     warn: Callable[[str], None] | None = None,
-) -> list[str]:
-    """One translation per text, decoded as the run's ``decode`` config says (``beam_size``,
-    ``length_penalty`` override it; ``beam_size=1`` is greedy).
+) -> list[tuple[str, float | None]]:
+    """One ``(translation, score)`` per text, decoded as the run's ``decode`` config says
+    (``beam_size``, ``length_penalty`` override it; ``beam_size=1`` is greedy). The score is the
+    summed log-probability of the translation's tokens, end of sentence included.
 
     Text is prepared as the training data (``data.lowercase``). Characters or words the vocabulary
-    lacks become ``<unk>``. An empty (or blank) text translates to ``""``. A text longer than
-    ``data.max_len`` tokens is cut to its first ``max_len`` tokens, and ``warn`` (default
-    :func:`warnings.warn`) says so. A newline inside a translation becomes a space.
+    lacks become ``<unk>``. An empty (or blank) text translates to ``""`` with score None. A text
+    longer than ``data.max_len`` tokens is cut to its first ``max_len`` tokens, and ``warn``
+    (default :func:`warnings.warn`) says so. A newline inside a translation becomes a space.
     """
     if isinstance(texts, str):
         raise TypeError("translate_texts expects a list of texts, got a single str")
@@ -222,7 +236,7 @@ def translate_texts(
         if count > max_len:
             warn(f"input {i + 1} has {count} tokens; translating its first data.max_len={max_len} only")
         encoded.append((i, ids))
-    out = [""] * len(texts)
+    out: list[tuple[str, float | None]] = [("", None)] * len(texts)
     encoded.sort(key=lambda item: len(item[1]))  # similar lengths together: less padding
     model = module.model
     was_training = model.training
@@ -239,27 +253,11 @@ def translate_texts(
                 model, src, src != model.pad_id, beam_size=beam, length_penalty=alpha,
                 max_len=module.max_decode_len(),
             )  # fmt: skip
-            for (i, _), ids in zip(chunk, hyps.token_lists()):
-                out[i] = _one_line(tgt_tok.decode(ids))
+            for (i, _), ids, log_prob in zip(chunk, hyps.token_lists(), hyps.log_probs.tolist()):
+                out[i] = (_one_line(tgt_tok.decode(ids)), log_prob)
     finally:
         model.train(was_training)
     return out
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (``"-"``: standard input), without line ends; blank lines kept."""
-    import sys
-
-    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    lines = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        try:
-            lines.append(raw.decode("utf-8").removeprefix("\ufeff") if number == 1 else raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
-            ) from None
-    return lines
 
 
 def translate_run(
@@ -303,6 +301,22 @@ class TranslateTask(Task[TranslateConfig]):
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         return translate_texts(module, inputs)
+
+    def build_eval_datamodule(
+        self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> PairsDataModule:
+        """A tab-separated pairs file (``source<TAB>reference``, as ``data.source``)."""
+        return PairsDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Per line: ``{"line", "input", "translation", "log_prob"}`` (the translation's summed token
+        log-probability), decoded as the run's ``decode`` config says."""
+        lines = numbered_inputs(path)
+        scored = translate_scored(module, [text for _, text in lines], batch_size=batch_size)
+        for (number, text), (translation, log_prob) in zip(lines, scored):
+            yield {"line": number, "input": text, "translation": translation, "log_prob": log_prob}
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

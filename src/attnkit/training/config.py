@@ -28,7 +28,8 @@ class TrainerConfig(StrictModel):
     max_epochs: int = Field(10, gt=0)
     batch_size: int = Field(128, gt=0)
     accelerator: str = "auto"
-    devices: int | str = "auto"
+    devices: int | str = Field("auto", description="devices (processes) per machine")
+    num_nodes: int = Field(1, gt=0, description="machines; each starts its processes itself (torchrun, SLURM)")
     strategy: str = "auto"
     precision: str = "32-true"
     num_workers: int = Field(0, ge=0, description="data loader worker processes")
@@ -40,5 +41,6 @@ class TrainerConfig(StrictModel):
     log_every_n_steps: int = Field(50, gt=0)
     limit_train_batches: int | float | None = Field(None, gt=0)
     deterministic: bool = False
+    compile: bool = Field(False, description="torch.compile the model before training (checkpoints stay the same)")
     progress_bar: bool = True
     report: bool = Field(True, description="write report.html into the run folder when training ends")

@@ -11,7 +11,9 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnkit.models import build_model
+from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lora
 from attnkit.training.config import OptimConfig
+from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
 
 __all__ = ["ClassifierModule", "TaskModule"]
@@ -30,6 +32,9 @@ class TaskModule(L.LightningModule):
     # Also count correct predictions (``logits.argmax(-1) == target``) while training, logged as
     # ``train/acc_step`` / ``train/acc_epoch``: for modules whose outputs are class scores.
     train_accuracy: ClassVar[bool] = False
+    # Modules of the model trained in full besides the adapters when the config has ``model.lora``
+    # (e.g. a new classification head).
+    lora_train_modules: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -43,6 +48,12 @@ class TaskModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.model = build_model(model["name"], model["config"])
+        lora = (config.get("model") or {}).get("lora")
+        if lora:  # adapters on a frozen base: the task's init_weights loads the base (model.init)
+            lora_cfg = LoraConfig.model_validate(lora)
+            extra = [m for m in self.lora_train_modules if m not in lora_cfg.train_modules]
+            apply_lora(self.model, lora_cfg.model_copy(update={"train_modules": [*lora_cfg.train_modules, *extra]}))
+        self._lora_base_sha = ""
         self.optim_config = OptimConfig.model_validate(config["optim"])
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
         # One copy of the metrics per stage: their states must not mix.
@@ -101,11 +112,12 @@ class TaskModule(L.LightningModule):
         self._train_sums = torch.zeros(3, device=self.device)
 
     def on_train_epoch_end(self) -> None:
-        # Summed over every process of a multi-process run, then divided: the epoch's exact means.
+        # Summed over every process of a multi-process run, then divided: the epoch's exact means,
+        # the same on every process (the "max" sync keeps them and tells Lightning they are global).
         loss_sum, correct, count = self.trainer.strategy.reduce(self._train_sums, reduce_op="sum").tolist()
-        self.log("train/loss_epoch", loss_sum / max(count, 1), prog_bar=True)
+        self.log("train/loss_epoch", loss_sum / max(count, 1), prog_bar=True, sync_dist=True, reduce_fx="max")
         if self.train_accuracy:
-            self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True)
+            self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True, sync_dist=True, reduce_fx="max")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "val")
@@ -113,13 +125,37 @@ class TaskModule(L.LightningModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA run's checkpoints keep only the trained tensors and a reference to the base
+        (see :mod:`attnkit.training.lora`)."""
+        if is_lora(self.model):
+            self._lora_base_sha = self._lora_base_sha or base_fingerprint(self.model)  # the base is frozen
+            init = (self.hparams["config"].get("model") or {}).get("init")
+            keep_trained_tensors(checkpoint, self.model, "model.", {"init": init, "sha256": self._lora_base_sha})
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A LoRA checkpoint: check that the base loaded in the model is the one it was trained on and
+        complete its state dict with the base's tensors."""
+        sha = restore_base_tensors(checkpoint, self.model, "model.", self.state_dict())
+        self._lora_base_sha = sha or self._lora_base_sha
+
     def configure_optimizers(self) -> Any:
         cfg = self.optim_config
         optimizer_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        optimizer = optimizer_cls(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        max_iters = cfg.max_iters or int(self.trainer.estimated_stepping_batches)
-        scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=max(max_iters, 1))
+        trainable = [p for p in self.parameters() if p.requires_grad]  # a LoRA run: the adapters only
+        optimizer = optimizer_cls(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # Without optim.max_iters the period is the run's number of steps, set in on_train_start: asking
+        # the trainer for it here (`estimated_stepping_batches`) would set up the training data before
+        # a resumed run's checkpoint is restored, and the data loader would lose its position.
+        scheduler = CosineWarmupScheduler(optimizer, warmup=cfg.warmup, max_iters=cfg.max_iters or 1)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        if self.optim_config.max_iters is None:
+            # The first learning rate (step 0) does not depend on the period: only later ones do.
+            scheduler = self.lr_schedulers()
+            assert isinstance(scheduler, CosineWarmupScheduler)
+            scheduler.max_iters = max(int(self.trainer.estimated_stepping_batches), 1)
 
 
 class ClassifierModule(TaskModule):

@@ -8,6 +8,7 @@ A run lives in ``<output_dir>/<task>/<run-id>/``: ``config.yaml`` (the resolved 
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -21,10 +22,14 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from attnkit.config import ConfigError
+from attnkit.config import ConfigError, merge, validate_config
+from attnkit.models.lora import is_lora
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
+from attnkit.training.preemption import Preempted, PreemptionCheckpoint
 from attnkit.training.task import C, Task, TaskConfig
 from attnkit.version import __version__
 
@@ -61,14 +66,14 @@ class LoadedRun:
 class StepCheckpoint(Callback):
     """Write ``last.ckpt`` every ``every_n_steps`` optimiser steps, so a killed run loses little."""
 
-    def __init__(self, path: Path, every_n_steps: int) -> None:
-        self.path = path
+    def __init__(self, folder: RunFolder, every_n_steps: int) -> None:
+        self.folder = folder
         self.every_n_steps = every_n_steps
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         step = trainer.global_step
         if step > 0 and step % self.every_n_steps == 0:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.folder.last_checkpoint)
 
 
 def _quiet_lightning() -> None:
@@ -76,6 +81,7 @@ def _quiet_lightning() -> None:
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.trainer.connectors.checkpoint_connector"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    warnings.filterwarnings("ignore", message=r".*'set_vital' is deprecated.*")  # torchdata's loader
     warnings.filterwarnings(
         "ignore", message=r".*The number of training batches .* is smaller than the logging interval.*"
     )
@@ -94,6 +100,10 @@ class RunFolder(Callback):
         self.path = path
         self.cfg = cfg
 
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.path / "checkpoints" / "last.ckpt"
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.path = Path(trainer.strategy.broadcast(str(self.path), src=0))
         if trainer.is_global_zero:
@@ -101,20 +111,33 @@ class RunFolder(Callback):
             (self.path / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def _new_run_dir(task: Task[Any], cfg: TaskConfig) -> Path:
+def _slurm_requeued() -> bool:
+    """Whether this process belongs to a SLURM job that was requeued (and reruns its command)."""
+    return SLURMEnvironment.detect() and int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+
+
+def _new_run_dir(task: Task[Any], cfg: TaskConfig) -> tuple[Path, bool]:
+    """The folder of a new run, and whether it is one to continue instead: a SLURM job requeued
+    after a preemption reruns its command, and finds its run (named after the job) there."""
     root = Path(cfg.output_dir) / task.name
-    name = cfg.name or datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = root / name
-    if cfg.name is None:
-        suffix = 1
+    name = cfg.name
+    if name is None and SLURMEnvironment.detect():
+        name = f"slurm-{SLURMEnvironment.job_id()}"  # the same on every node, and after a requeue
+    if name is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir, suffix = root / stamp, 1
         while run_dir.exists():
             suffix += 1
-            run_dir = root / f"{name}-{suffix}"
-    elif (run_dir / "checkpoints").exists():
+            run_dir = root / f"{stamp}-{suffix}"
+        return run_dir, False
+    run_dir = root / name
+    if (run_dir / "checkpoints").exists():
+        if _slurm_requeued() and (run_dir / "checkpoints" / "last.ckpt").is_file():
+            return run_dir, True
         raise ConfigError(
             f"run folder {run_dir} already exists: choose another name, or continue it with --resume {run_dir}"
         )
-    return run_dir
+    return run_dir, False
 
 
 def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logger: Any) -> L.Trainer:
@@ -129,6 +152,7 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
         max_epochs=t.max_epochs,
         accelerator=t.accelerator,
         devices=t.devices,
+        num_nodes=t.num_nodes,
         strategy=t.strategy,
         precision=t.precision,  # type: ignore[arg-type]
         gradient_clip_val=cfg.optim.gradient_clip_val,
@@ -140,6 +164,9 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
         callbacks=callbacks,
         logger=logger,
         plugins=[AtomicCheckpointIO()],
+        # The data modules shard their own data across processes (attnkit.data.base): Lightning's
+        # DistributedSampler cannot wrap a batch sampler, and it repeats evaluation examples.
+        use_distributed_sampler=False,
     )
 
 
@@ -182,6 +209,9 @@ def fit(
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     ckpt_path: Path | None = None
+    if resume is None and run_dir is None:
+        run_dir, continuing = _new_run_dir(task, cfg)
+        resume = run_dir if continuing else None
     if resume is not None:
         run_dir = Path(resume)
         ckpt_path = run_dir / "checkpoints" / "last.ckpt"
@@ -191,12 +221,17 @@ def fit(
         _check_task(saved, task, ckpt_path)
         for stale in ckpt_path.parent.glob(".*.tmp"):  # left by a process killed while writing
             stale.unlink(missing_ok=True)
-    else:
-        run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(task, cfg)
+    assert run_dir is not None
+    run_dir = Path(run_dir)
 
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
     module = build_module(task, cfg, datamodule, init_weights=ckpt_path is None)  # a resumed run has its weights
+    if cfg.trainer.compile:
+        # In place: the module's state_dict keys stay those of the plain model (no `_orig_mod.`).
+        module.model.compile()
+    if ckpt_path is not None and is_lora(module.model):
+        load_lora_base(task, module, cfg, ckpt_path)  # but a LoRA run's checkpoints hold only its adapters
 
     folder = RunFolder(run_dir, cfg)
     ckpt_dir = run_dir / "checkpoints"
@@ -210,9 +245,11 @@ def fit(
         enable_version_counter=False,
         auto_insert_metric_name=False,
     )
-    callbacks: list[Callback] = [folder, best, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
+    preemption = PreemptionCheckpoint(lambda: folder.last_checkpoint)
+    callbacks = [folder, best, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
     if cfg.trainer.checkpoint_every_n_steps:
-        callbacks.append(StepCheckpoint(ckpt_dir / "last.ckpt", cfg.trainer.checkpoint_every_n_steps))
+        callbacks.append(StepCheckpoint(folder, cfg.trainer.checkpoint_every_n_steps))
+    callbacks.append(preemption)  # after the step checkpoint: a signal's checkpoint is the newest
     if cfg.trainer.early_stopping_patience:
         monitor, mode = task.monitor
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.early_stopping_patience))
@@ -221,7 +258,10 @@ def fit(
         CSVLogger(save_dir=run_dir, name="logs", version="csv"),
     ]
     trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=loggers)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except (Preempted, SIGTERMException) as stop:
+        raise preemption.preempted(task.name, folder.path, trainer) from stop
     run_dir = folder.path  # the first process's choice, on every process
 
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
@@ -298,17 +338,47 @@ def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> Lo
     cfg = task.config(hparams["config"], source=f"config stored in {ckpt}")
     try:
         module = task.module_cls(**hparams)
+        if is_lora(module.model):
+            load_lora_base(task, module, cfg, ckpt)
+        module.on_load_checkpoint(checkpoint)
         module.load_state_dict(checkpoint["state_dict"])
+    except CheckpointError:
+        raise
     except (RuntimeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{ckpt} does not fit the model it describes: {err}") from err
     module.eval()
     return LoadedRun(task=task, config=cfg, module=module, checkpoint=ckpt, run_dir=run_dir, hparams=hparams)
 
 
-def evaluate(run: LoadedRun) -> dict[str, float]:
-    """Test a trained run (:func:`load_run`) on its task's test split; returns the test metrics."""
+def load_lora_base(task: Task[Any], module: TaskModule, cfg: Any, checkpoint: Path) -> None:
+    """Load the frozen base of a LoRA run into ``module`` (its checkpoints hold only the adapters)."""
+    try:
+        task.init_weights(module, cfg)
+    except (FileNotFoundError, ValueError, CheckpointError) as err:
+        init = getattr(getattr(cfg, "model", None), "init", None)
+        raise CheckpointError(
+            f"{checkpoint} holds LoRA adapters trained on the base model.init={init!r}, which cannot be loaded: {err}"
+        ) from err
+
+
+def evaluate(
+    run: LoadedRun, datamodule: L.LightningDataModule | None = None, trainer: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """Test a trained run (:func:`load_run`) on its task's test split, or on the test split of
+    ``datamodule``; returns the test metrics.
+
+    ``trainer``: overrides of the run's ``trainer`` section (e.g. ``{"devices": 1, "strategy":
+    "auto"}`` to test a multi-process run in one process).
+    """
     _quiet_lightning()
-    datamodule = run.task.build_datamodule(run.config, artifacts=run.hparams.get("artifacts"))
-    trainer = _trainer(run.config, Path(run.run_dir or "."), callbacks=[], logger=False)
-    result = trainer.test(run.module, datamodule=datamodule, verbose=False)
+    cfg = run.config
+    if trainer:
+        data = merge(cfg.model_dump(mode="json"), {"trainer": trainer})
+        cfg = validate_config(run.task.config_cls, data, source="trainer overrides")  # type: ignore[assignment]
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    if datamodule is None:
+        datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
+    trainer_ = _trainer(cfg, Path(run.run_dir or "."), callbacks=[], logger=False)
+    result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}

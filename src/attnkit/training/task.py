@@ -9,15 +9,16 @@ trains it (the module declares its metrics) and which logged metric picks the be
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 import lightning as L
 from pydantic import Field
 from torch import Tensor
 
-from attnkit.config import validate_config
-from attnkit.config import StrictModel
+from attnkit.config import StrictModel, validate_config
 from attnkit.training.config import OptimConfig, TrainerConfig
 from attnkit.training.module import TaskModule
 
@@ -65,6 +66,8 @@ class Task(Generic[C]):
     # The metric that picks the best checkpoint (and early stopping): (logged name, "max" or "min").
     # It must be one the module logs (``<stage>/loss`` or ``<stage>/<name>`` of its metrics()).
     monitor: ClassVar[tuple[str, str]] = ("val/acc", "max")
+    # Inputs are feature vectors that a run standardises with its training statistics (``--standardized``).
+    feature_inputs: ClassVar[bool] = False
 
     def config(self, data: dict[str, Any], *, source: str = "config") -> C:
         """``data`` validated into this task's config class (a :class:`~attnkit.errors.ConfigError` naming
@@ -88,6 +91,22 @@ class Task(Generic[C]):
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Turn user inputs (command-line strings) into printable predictions."""
         raise NotImplementedError
+
+    def build_eval_datamodule(
+        self, cfg: C, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
+    ) -> L.LightningDataModule:
+        """A data module whose *test* split is the user's file ``path`` in the task's format,
+        prepared as the run's training data (its vocabulary, its standardisation...): what
+        ``attnkit test RUN --data FILE`` scores. ``standardized``: the file's features already are
+        (tasks with ``feature_inputs``)."""
+        raise NotImplementedError(f"task {self.name!r} cannot be evaluated on a file yet")
+
+    def predict_file(
+        self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """One JSON-able record per input of the file ``path`` (the prediction and its probability or
+        score), computed ``batch_size`` inputs at a time: what ``attnkit predict RUN --file`` writes."""
+        raise NotImplementedError(f"task {self.name!r} cannot predict on a file yet")
 
     def attention_examples(
         self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None

@@ -49,12 +49,13 @@ from attnkit.tasks import get_task
 from attnkit.training.runner import fit
 from attnkit.tuning.results import write_results
 from attnkit.tuning.space import SearchSpace, load_space, nested
+from attnkit.tuning.storage import open_storage, prepare_storage, redact, storage_url
 from attnkit.tuning.trials import META_ATTR, counts_toward_budget
 from attnkit.version import __version__
 
 __all__ = ["PruningCallback", "TrialFailed", "counts_toward_budget", "open_storage", "tune"]
 
-SAMPLERS = ("tpe", "random")
+SAMPLERS = ("tpe", "random", "gp")
 PRUNERS = ("median", "hyperband", "none")
 # Keys that may differ between the processes or machines of one study (where runs go, how fast they run).
 LOCAL_KEYS = ("output_dir", "name", "trainer.threads", "trainer.progress_bar", "trainer.num_workers")
@@ -105,66 +106,6 @@ class PruningCallback(Callback):
 # -- storage and study ---------------------------------------------------------------------------
 
 
-def _redact(url: str) -> str:
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
-
-
-def storage_url(storage: str | Path | None, study_dir: Path) -> str:
-    """The SQLAlchemy URL: ``None`` -> ``<study folder>/study.db``; a plain path -> that SQLite file."""
-    if storage is None:
-        return f"sqlite:///{(study_dir / 'study.db').resolve()}"
-    storage = str(storage)
-    if "://" not in storage:
-        return f"sqlite:///{Path(storage).resolve()}"
-    return storage
-
-
-def open_storage(url: str, heartbeat: int = 10) -> optuna.storages.RDBStorage:
-    """Open (and create the tables of) an Optuna RDB storage; :class:`ConfigError` if it cannot be opened."""
-    shown = _redact(url)
-    try:
-        from sqlalchemy.engine import make_url
-
-        parsed = make_url(url)
-    except Exception as err:
-        raise ConfigError(
-            f"--storage {shown!r} is not a database URL ({err}); "
-            "write e.g. sqlite:///study.db, a file path, or postgresql://user:password@host/db"
-        ) from None
-    if parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).parent
-        if not folder.is_dir():
-            raise ConfigError(f"cannot open storage {shown}: folder {folder} does not exist")
-    engine_kwargs: dict[str, Any] = (
-        {"connect_args": {"timeout": 120}}  # several workers write to one SQLite file: wait for its lock
-        if parsed.drivername.startswith("sqlite")
-        else {"pool_pre_ping": True}
-    )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=heartbeat,
-                grace_period=4 * heartbeat,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
-            )
-    except ImportError as err:
-        raise ConfigError(
-            f"cannot open storage {shown}: its database driver is not installed ({err}); "
-            "e.g. `pip install psycopg2-binary` for postgresql:// URLs"
-        ) from None
-    except Exception as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"cannot open storage {shown}: {msg}") from None
-
-
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(data, dict):
         out: dict[str, Any] = {}
@@ -198,7 +139,7 @@ def _open_study(
         study.set_user_attr(META_ATTR, meta)
         return study
     hint = "resume it with the same task, config and space, or start another study with --study NAME"
-    where = f"study {name!r} in {_redact(url)}"
+    where = f"study {name!r} in {redact(url)}"
     if stored.get("task") != meta["task"]:
         raise ConfigError(f"{where} tunes task {stored.get('task')!r}, not {meta['task']!r}; {hint}")
     if stored.get("space") != meta["space"]:
@@ -223,6 +164,10 @@ def _sampler(name: str | optuna.samplers.BaseSampler, seed: int, startup: int) -
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        # Kriging: a Gaussian-process surrogate (Matern kernel; categorical keys by Hamming distance)
+        # and log expected improvement. Keys it cannot model jointly are drawn at random.
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
     raise ConfigError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)} (or pass an Optuna sampler)")
 
 
@@ -384,7 +329,7 @@ def run_worker(
     task = get_task(spec.task)
     monitor = getattr(task, "monitor", ("val/acc", "max"))[0]
     space = load_space(spec.space)
-    storage = open_storage(spec.storage, spec.heartbeat)
+    storage = open_storage(spec.storage, spec.heartbeat, create=False)  # tune() made it
     study = optuna.load_study(study_name=spec.study_name, storage=storage)
     max_epochs = None if "trainer.max_epochs" in space.keys else spec.base["trainer"]["max_epochs"]
     study.pruner = pruner or _pruner(spec.pruner, spec.startup_trials, max_epochs)
@@ -415,7 +360,10 @@ def run_worker(
         # A fresh sampler seed per trial, from (seed, worker, trials so far): deterministic for one
         # worker, independent streams for different seeds and workers, new draws after a resume.
         trial_seed = int(np.random.SeedSequence([spec.seed % 2**32, spec.worker, len(trials)]).generate_state(1)[0])
-        study.sampler = sampler or _sampler(spec.sampler, trial_seed, spec.startup_trials)
+        # The GP models completed trials only: a rejected sample teaches it nothing, and it would propose
+        # the same invalid combination again. The trial after a rejection is drawn at random instead.
+        name = "random" if spec.sampler == "gp" and rejected_in_a_row else spec.sampler
+        study.sampler = sampler or _sampler(name, trial_seed, spec.startup_trials)
         try:
             study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[report])
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -479,7 +427,7 @@ def tune(
     study's total: running ``tune`` again on the same study resumes it. ``storage``: a SQLAlchemy
     URL or a SQLite file path (default ``<output_dir>/tune/<study>/study.db``). ``timeout``: seconds
     after which no new trial starts. ``workers``: processes on this machine (1 torch thread each).
-    ``sampler`` tpe / random, ``pruner`` median / hyperband / none (or Optuna objects, with one
+    ``sampler`` tpe / random / gp (Gaussian process), ``pruner`` median / hyperband / none (or Optuna objects, with one
     worker). With ``results`` the study folder gets ``best.yaml``, ``trials.csv``, plots and
     ``study_report.html`` (:func:`attnkit.tuning.results.write_results`).
     """
@@ -499,7 +447,7 @@ def tune(
     if not isinstance(heartbeat, int) or heartbeat < 1:
         raise ConfigError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
     if workers > 1 and not (isinstance(sampler, str) and (pruner is None or isinstance(pruner, str))):
-        raise ConfigError("with workers > 1 give the sampler and pruner by name (tpe/random, median/hyperband/none)")
+        raise ConfigError("with workers > 1 give the sampler and pruner by name (tpe/random/gp, median/hyperband/none)")
     for value, names, what in ((sampler, SAMPLERS, "sampler"), (pruner, PRUNERS, "pruner")):
         if isinstance(value, str) and value not in names:
             raise ConfigError(f"unknown {what} {value!r}; choose one of {', '.join(names)}")
@@ -519,7 +467,7 @@ def tune(
     if storage is None:
         study_dir.mkdir(parents=True, exist_ok=True)
     url = storage_url(storage, study_dir)
-    store = open_storage(url, heartbeat)
+    store, upgraded = prepare_storage(url, heartbeat)  # once, before any worker starts
     meta = {
         "task": task,
         "space": search.to_dict(),
@@ -535,12 +483,14 @@ def tune(
     seed = base_cfg.seed if seed is None else seed
     startup = startup_trials if startup_trials is not None else default_startup_trials(n_trials)
     done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+    if upgraded:
+        notes = [*notes, upgraded]
     if verbose:
         for note in notes:
             print(f"note: {note}", flush=True)
         print(
             f"study {name}: {task}, {'maximize' if mode == 'max' else 'minimize'} {monitor}; "
-            f"{done} of {n_trials} trials done; storage {_redact(url)}; folder {study_dir}",
+            f"{done} of {n_trials} trials done; storage {redact(url)}; folder {study_dir}",
             flush=True,
         )
     worker = WorkerSpec(
@@ -570,7 +520,7 @@ def tune(
     study = optuna.load_study(study_name=name, storage=store)
     if results:
         files = write_results(
-            study, study_dir, task=task, base=base, output_dir=base_cfg.output_dir, storage=_redact(url)
+            study, study_dir, task=task, base=base, output_dir=base_cfg.output_dir, storage=redact(url)
         )
         if verbose:
             _print_summary(study, files, monitor, time.perf_counter() - start)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SUPPORTED_TABLE_SUFFIXES", "read_table"]
+__all__ = ["SUPPORTED_TABLE_SUFFIXES", "read_column", "read_table"]
 
 SUPPORTED_TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".tsv", ".jsonl")
 
@@ -19,12 +19,7 @@ def read_table(path: str | Path, text_column: str = "text", label_column: str = 
     Errors name the file and the line: malformed JSON, a missing column/key, an empty text or
     label, a label that is neither a string nor an integer, and a file without data rows.
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_TABLE_SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
+    path, suffix = _table_file(path)
     if suffix == ".jsonl":
         texts, labels = _read_jsonl(path, text_column, label_column)
     else:
@@ -32,6 +27,17 @@ def read_table(path: str | Path, text_column: str = "text", label_column: str = 
     if not texts:
         raise ValueError(f"{path}: no data rows")
     return texts, labels
+
+
+def _table_file(path: str | Path) -> tuple[Path, str]:
+    """``(path, its lower-case suffix)`` of an existing table file; else a clear error."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_TABLE_SUFFIXES:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    return path, suffix
 
 
 def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, label_column: str) -> None:
@@ -104,3 +110,31 @@ def _read_jsonl(path: Path, text_column: str, label_column: str) -> tuple[list[s
             texts.append(text)
             labels.append(label)
     return texts, labels
+
+
+def read_column(path: str | Path, column: str) -> list[str]:
+    """The values of one column (jsonl: key) of a ``.csv``/``.tsv``/``.jsonl`` file as strings, one
+    per data row, in the rows :func:`read_table` reads (blank lines skipped). A missing column or
+    an empty value is an error naming the file and line."""
+    path, suffix = _table_file(path)
+    values: list[str] = []
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        if suffix == ".jsonl":
+            rows = ((line, json.loads(raw)) for line, raw in enumerate(f, start=1) if raw.strip())
+        else:
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            if reader.fieldnames is None or column not in [h.strip() for h in reader.fieldnames]:
+                raise ValueError(f"{path}:1: no column {column!r} in the header; columns: {reader.fieldnames}")
+            reader.fieldnames = [h.strip() for h in reader.fieldnames]
+            rows = ((reader.line_num, row) for row in reader)
+        try:
+            for line, row in rows:
+                value = row.get(column) if isinstance(row, dict) else None
+                if value is None or not str(value).strip():
+                    raise ValueError(f"{path}:{line}: no value in column {column!r}")
+                values.append(str(value).strip())
+        except (csv.Error, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: malformed row: {err}") from err
+    if not values:
+        raise ValueError(f"{path}: no data rows")
+    return values

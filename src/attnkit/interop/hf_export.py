@@ -1,0 +1,99 @@
+"""Writing an attnkit :class:`LanguageModel` as a Hugging Face folder that ``transformers`` loads.
+
+:func:`export_hf` writes ``config.json``, ``model.safetensors`` and, with a tokenizer,
+``tokenizer.json`` + ``tokenizer_config.json``: a Llama-family model (rotary positions, RMSNorm,
+SwiGLU) as ``llama`` (``mistral`` with a sliding window, ``qwen2`` with q/k/v biases), a GPT-2-style
+one (learned positions, LayerNorm) as ``gpt2``. ``transformers.AutoModelForCausalLM.from_pretrained``
+and ``AutoTokenizer.from_pretrained`` load the folder; :func:`attnkit.interop.load_pretrained`
+loads it back. A config either family cannot express is an error that lists what cannot be.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save_file
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import processors
+from torch import nn
+
+from attnkit.data.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
+from attnkit.errors import ConfigError
+from attnkit.interop.gpt2 import gpt2_problems, gpt2_rules, hf_gpt2_config
+from attnkit.interop.llama import hf_llama_config, llama_family, llama_problems, llama_rules
+from attnkit.interop.weights import export_state_dict
+from attnkit.models import LanguageModel
+
+__all__ = ["export_hf", "hf_tokenizer"]
+
+# The prefix of every tensor but lm_head in GPT2LMHeadModel / LlamaForCausalLM files.
+_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen2": "model."}
+
+
+def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None) -> str:
+    """Write ``model`` (a :class:`LanguageModel`) and ``tokenizer`` (an attnkit
+    :class:`~attnkit.data.tokenizers.Tokenizer` of kind pretrained, char, word or bpe; optional) to
+    ``folder`` as a Hugging Face checkpoint; returns the ``model_type`` written. Weights are
+    float32; tied weights are stored once."""
+    if not isinstance(model, LanguageModel):
+        raise ConfigError(
+            f"only language models (lm runs, imported GPT-2 / Llama-family models) export as Hugging Face "
+            f"checkpoints; this is a {type(model).__name__}"
+        )
+    config = model.config
+    llama_like = config.positional == "rotary" or config.norm == "rmsnorm" or config.activation == "swiglu"
+    if llama_like:
+        problems, model_type = llama_problems(config), llama_family(config)
+    else:
+        problems, model_type = gpt2_problems(config), "gpt2"
+    if problems:
+        target = "a Llama-family (llama/mistral/qwen2)" if llama_like else "a GPT-2"
+        raise ConfigError(
+            f"this model cannot be written as {target} Hugging Face checkpoint: "
+            + "; ".join(problems)
+            + ". Llama-family models need positional='rotary', norm='rmsnorm', activation='swiglu', bias=false; "
+            "GPT-2 models positional='learned', norm='layernorm', bias=true"
+        )
+    if model_type == "gpt2":
+        hf, rules = hf_gpt2_config(config), gpt2_rules(config)
+    else:
+        hf, rules = hf_llama_config(config, model_type), llama_rules(config)
+    tensors = export_state_dict({k: v.float() for k, v in model.state_dict().items()}, rules)
+    prefix = _PREFIX[model_type]
+    tensors = {(name if name == "lm_head.weight" else prefix + name): t for name, t in tensors.items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+    if tokenizer is not None:
+        hf_tokenizer(tokenizer).save(folder)
+        options_file = folder / "tokenizer_config.json"
+        options = json.loads(options_file.read_text())
+        options |= {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config.max_len}
+        options_file.write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
+    return model_type
+
+
+def hf_tokenizer(tokenizer: Any) -> Tokenizer:
+    """``tokenizer`` as a ``"pretrained"`` :class:`~attnkit.data.tokenizers.Tokenizer` whose
+    ``tokenizer.json`` Hugging Face loads and runs as attnkit does.
+
+    A pretrained model's tokenizer is written as it is. A generation tokenizer (``char``, ``word``,
+    ``bpe``: already a ``tokenizers`` pipeline) gets a post-processor adding ``<bos>`` before every
+    text, as attnkit's lm task does; its ids are the same. A classification (``text``) tokenizer is
+    not for language models and is an error.
+    """
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"expected an attnkit Tokenizer, got {type(tokenizer).__name__}")
+    if tokenizer.kind == "pretrained":
+        return tokenizer
+    if tokenizer.kind not in ("char", "word", "bpe"):
+        raise ConfigError(
+            f"a {tokenizer.kind!r} tokenizer cannot be written as a language model's Hugging Face tokenizer.json "
+            "(only char, word, bpe and pretrained ones)"
+        )
+    hf = HFTokenizer.from_str(tokenizer.backend.to_str())
+    hf.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, BOS_ID)])
+    return Tokenizer(hf, "pretrained", {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK})
