@@ -12,3 +12,13 @@ torch.set_num_threads(1)
 def _seed_torch() -> None:
     """Every test starts from the same torch RNG state, so failures reproduce."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _token_cache_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory):
+    """Token caches (attnkit.data.cache) go to a temporary folder, never to ~/.cache/attnkit; the
+    environment variable reaches the processes that tests start."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNKIT_CACHE", str(tmp_path_factory.mktemp("attnkit-cache")))
+    yield
+    mp.undo()

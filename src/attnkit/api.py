@@ -14,7 +14,7 @@ from attnkit.training.runner import TrainResult, fit
 from attnkit.training.runner import evaluate as evaluate_run
 from attnkit.viz.report import write_report
 
-__all__ = ["build_config", "evaluate", "load_run", "predict_file", "train"]
+__all__ = ["build_config", "evaluate", "load_run", "predict_file", "prepare", "train"]
 
 
 def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -136,3 +136,16 @@ def write_report_or_warn(run_dir: Path) -> None:
             f"Try again with: attnkit report {run_dir}",
             stacklevel=2,
         )
+
+
+def prepare(task: str, config: str | Path | dict[str, Any] | None = None, **overrides: Any) -> Path | None:
+    """Build the task's token cache ahead of training (e.g. on a login node), with the same config
+    as ``train``; returns the cache entry's folder (``None`` for tasks without a token cache)."""
+    cfg = build_config(task, config, _expand_dotted(overrides))
+    datamodule = get_task(task).build_datamodule(cfg)
+    if hasattr(datamodule, "progress"):
+        datamodule.progress = True
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    cache = getattr(datamodule, "cache", None)
+    return None if cache is None else Path(cache.folder)

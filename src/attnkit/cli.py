@@ -49,7 +49,9 @@ def tasks() -> None:
     help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
     "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
 )
-@click.option("--data", "data_source", type=click.Path(), help="The data file or folder; = data.source=PATH.")
+@click.option(
+    "--data", "data_source", type=click.Path(), help="The data file or folder (lm: also a glob); = data.source=PATH."
+)
 @click.pass_context
 def train(
     ctx: click.Context,
@@ -89,6 +91,31 @@ def train(
         sys.exit(stop.code)
     if result.is_global_zero:  # one summary, from the first process of a multi-process run
         _summary(task, result.metrics, result.run_dir, result.wall_time_s, result.best_checkpoint)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("task")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML file of config keys.")
+@click.option("--data", "data_source", type=click.Path(), help="The data file, folder or glob; = data.source=PATH.")
+@click.pass_context
+def prepare(ctx: click.Context, task: str, config_file: str | None, data_source: str | None) -> None:
+    """Tokenize TASK's data into the token cache now (e.g. on a login node), with the keys `train`
+    would get; `attnkit train` then starts from the cache.
+
+    \b
+      attnkit prepare lm --data corpus/ data.tokenizer=bpe
+    """
+    from attnkit.api import prepare as prepare_api
+
+    try:
+        overrides = parse_overrides(ctx.args)
+        if data_source is not None:
+            overrides.setdefault("data", {})["source"] = data_source
+        folder = prepare_api(task, config_file, **overrides)
+    except USER_ERRORS as err:
+        _fail(err)
+        return
+    click.echo(f"token cache: {folder}" if folder is not None else f"{task}: nothing to prepare (no token cache)")
 
 
 def _summary(task: str, metrics: dict[str, float], run_dir: Path, wall: float, best: Path | None) -> None:

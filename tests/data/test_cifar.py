@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.data.cifar import (
+from attnkit.data.readers.cifar import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     module_fingerprint,

@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm import (
     IGNORE_INDEX,
     LanguageModelDataModule,
     LMDataConfig,
-    generate_grammar_corpus,
     pack_documents,
-    read_corpus,
-    split_documents,
 )
+from attnkit.data.readers.text_files import read_corpus, split_documents
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer
 
 
@@ -49,8 +48,8 @@ def test_empty_missing_and_folder_sources(tmp_path: Path):
         read_corpus(empty)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_corpus(tmp_path / "missing.txt")
-    with pytest.raises(ValueError, match="is a folder"):
-        read_corpus(tmp_path)
+    with pytest.raises(ValueError, match="the corpus is empty"):
+        read_corpus(tmp_path)  # a folder: its *.txt files (here only empty.txt)
 
 
 def test_pack_documents_layout():
@@ -129,11 +128,16 @@ def test_data_module_counts_artifacts_and_stats(tmp_path: Path):
     again.setup()
     assert again.tokenizer == dm.tokenizer
     for split in ("train", "val", "test"):
-        assert all(torch.equal(a, b) for a, b in zip(again.datasets[split].tensors, dm.datasets[split].tensors))
+        n = len(dm.datasets[split])
+        a, b = again.datasets[split].__getitems__(list(range(n))), dm.datasets[split].__getitems__(list(range(n)))
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        # the cached blocks are exactly pack_documents of the split's documents
+        packed = pack_documents([dm.tokenizer.encode(d) for d in dm.documents[split]], 16)
+        assert torch.equal(b[0], packed[0]) and torch.equal(b[1], packed[1])
     # a val-only character is <unk> in the val blocks when the tokenizer never saw it
     if not any("ζ" in d for d in dm.documents["train"]):
         split = "val" if any("ζ" in d for d in dm.documents["val"]) else "test"
-        assert (dm.datasets[split].tensors[1] == UNK_ID).any()
+        assert (dm.datasets[split].tokens == UNK_ID).any()
 
 
 def test_builtin_corpus_is_the_default():

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.splits import stratified_split
 from attnkit.data.text import (
     PAD,
     UNK,
     ClassifyDataConfig,
     TextClassificationDataModule,
     TextSplits,
-    WordTokenizer,
     collate_text_batch,
-    generate_synthetic_corpus,
     load_imdb,
     load_splits,
     load_table,
-    stratified_split,
 )
+from attnkit.data.tokenizers import build_tokenizer, tokenizer_from_dict
 
 # ---------------------------------------------------------------------------------------- tokenizer
 
@@ -34,8 +34,15 @@ CORPUS = [
 ]
 
 
+def _text_tokenizer(texts=CORPUS, **kw):
+    return build_tokenizer("text", texts, **kw)
+
+
+PIECES = _text_tokenizer().pieces
+
+
 def test_tokenize_lowercases_splits_punctuation_and_strips_br() -> None:
-    assert WordTokenizer.tokenize("I didn't LIKE it.<br /><br />Really!<BR>ok<br/>") == [
+    assert PIECES("I didn't LIKE it.<br /><br />Really!<BR>ok<br/>") == [
         "i",
         "didn't",
         "like",
@@ -45,12 +52,12 @@ def test_tokenize_lowercases_splits_punctuation_and_strips_br() -> None:
         "!",
         "ok",
     ]
-    assert WordTokenizer.tokenize("don\u2019t") == ["don't"]
-    assert WordTokenizer.tokenize("   ") == []
+    assert PIECES("don\u2019t") == ["don't"]
+    assert PIECES("   ") == []
 
 
 def test_build_orders_by_frequency_then_alphabetically_and_applies_min_freq() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=2)
+    tok = _text_tokenizer(min_freq=2)
     # counts: the 3, awful 3, . 3, acting 2, movie 2, was 2, great 2, plot 2
     assert tok.vocab[:2] == [PAD, UNK]
     assert tok.vocab[2:] == [".", "awful", "the", "acting", "great", "movie", "plot", "was"]
@@ -60,19 +67,19 @@ def test_build_orders_by_frequency_then_alphabetically_and_applies_min_freq() ->
 
 
 def test_build_max_size_counts_specials_and_is_order_independent() -> None:
-    small = WordTokenizer.build(CORPUS, max_size=5, min_freq=1)
+    small = _text_tokenizer(vocab_size=5, min_freq=1)
     assert small.vocab == [PAD, UNK, ".", "awful", "the"]
-    assert WordTokenizer.build(list(reversed(CORPUS)), max_size=5, min_freq=1) == small
-    with pytest.raises(ValueError, match="max_size"):
-        WordTokenizer.build(CORPUS, max_size=1)
+    assert _text_tokenizer(list(reversed(CORPUS)), vocab_size=5, min_freq=1) == small
+    with pytest.raises(ValueError, match="vocab_size"):
+        _text_tokenizer(vocab_size=1)
     with pytest.raises(ValueError, match="min_freq"):
-        WordTokenizer.build(CORPUS, min_freq=0)
+        _text_tokenizer(min_freq=0)
     with pytest.raises(TypeError, match="single str"):
-        WordTokenizer.build("one text")
+        _text_tokenizer("one text")
 
 
 def test_encode_decode_unk_and_truncation() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=2)
+    tok = _text_tokenizer(min_freq=2)
     ids = tok.encode("The movie was GREAT.")
     assert ids == [tok.token_to_id(t) for t in ["the", "movie", "was", "great", "."]]
     assert tok.unk_id not in ids
@@ -88,17 +95,19 @@ def test_encode_decode_unk_and_truncation() -> None:
 
 
 def test_to_dict_from_dict_round_trip_through_json() -> None:
-    tok = WordTokenizer.build(CORPUS, min_freq=1)
-    restored = WordTokenizer.from_dict(json.loads(json.dumps(tok.to_dict())))
+    tok = _text_tokenizer(min_freq=1)
+    restored = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
     assert restored == tok and restored.vocab == tok.vocab
     text = "I didn't like the awful plot, zebra!"
     assert restored.encode(text) == tok.encode(text)
+    old = {"format": "attnkit.word_tokenizer", "version": 1, "vocab": tok.vocab}  # attnkit 0.1's format
+    assert tokenizer_from_dict(old) == tok
     with pytest.raises(ValueError, match="must start with"):
-        WordTokenizer.from_dict({**tok.to_dict(), "vocab": ["a", "b"]})
+        tokenizer_from_dict({**old, "vocab": ["a", "b"]})
     with pytest.raises(ValueError, match="format"):
-        WordTokenizer.from_dict({"vocab": tok.vocab})
+        tokenizer_from_dict({"vocab": tok.vocab})
     with pytest.raises(ValueError, match="duplicate"):
-        WordTokenizer([PAD, UNK, "a", "a"])
+        tokenizer_from_dict({**old, "vocab": [PAD, UNK, "a", "a"]})
 
 
 # ---------------------------------------------------------------------------------------- aclImdb
@@ -255,7 +264,7 @@ def test_synthetic_corpus_is_deterministic_and_balanced() -> None:
 
 def test_synthetic_label_is_a_function_of_the_text() -> None:
     """Recompute each label from the text: majority polarity of the opinions, negation flips."""
-    from attnkit.data import text as T
+    from attnkit.data.generators import reviews as T
 
     pos, neg = set(T._POSITIVE), set(T._NEGATIVE)
     negators = {"not", "never", "hardly", "from"}
@@ -263,7 +272,7 @@ def test_synthetic_label_is_a_function_of_the_text() -> None:
     for text, label in zip(texts, labels):
         votes = 0
         for sentence in text.replace("<br />", " ").split("."):
-            words = WordTokenizer.tokenize(sentence)
+            words = PIECES(sentence)
             adjs = [i for i, w in enumerate(words) if w in pos or w in neg]
             if not adjs:
                 continue
@@ -303,8 +312,8 @@ def test_stratified_split_is_seeded_disjoint_and_keeps_each_class() -> None:
         ({"source": "a.csv", "test_source": "t.xml"}, r"data\.test_source='t\.xml'"),
         ({"synthetic_size": 1}, r"synthetic_size\n  Input should be greater than or equal to 4"),
         ({"text_column": ""}, r"text_column\n  String should have at least 1 character"),
-        ({"seed": "1"}, r"seed\n  Input should be a valid integer"),
-        ({"max_len": True}, r"max_len\n  Input should be a valid integer"),
+        ({"seed": "one"}, r"seed\n  Input should be a valid integer"),
+        ({"max_len": 1.5}, r"max_len\n  Input should be a valid integer"),
         ({"sorce": "x"}, r"sorce\n  Extra inputs are not permitted"),
     ],
 )

@@ -1,10 +1,12 @@
-"""Generation/translation tokenizers: fixed special ids, round trips, unknown text, save/load, errors."""
+"""The one Tokenizer class: fixed special ids, round trips, unknown text, save/load, errors, and the
+same ids as attnkit 0.1's hand-written tokenizers (kept in ``legacy_tokenizers.py`` as the reference)."""
 
 from __future__ import annotations
 
 import json
 import random
 
+import legacy_tokenizers as legacy
 import pytest
 import torch
 
@@ -17,11 +19,8 @@ from attnkit.data.tokenizers import (
     PAD_ID,
     UNK,
     UNK_ID,
-    BPETokenizer,
-    CharTokenizer,
     StreamDecoder,
-    WordLevelTokenizer,
-    WordTokenizer,
+    Tokenizer,
     build_tokenizer,
     tokenizer_from_dict,
 )
@@ -88,50 +87,51 @@ def test_skip_special_keeps_unk_visible(kind):
 
 
 def test_char_tokenizer_unknown_characters_and_min_freq():
-    tok = CharTokenizer.build(["aab", "abc"], min_freq=2)
+    tok = build_tokenizer("char", ["aab", "abc"], min_freq=2)
     assert tok.vocab == [PAD, BOS, EOS, UNK, "a", "b"]  # by count, then alphabetically; "c" seen once
     assert tok.encode("abcz😀") == [4, 5, UNK_ID, UNK_ID, UNK_ID]
     assert tok.decode(tok.encode("ba c")) == "ba<unk><unk>"
-    capped = CharTokenizer.build(["aaabbc"], vocab_size=5)
+    capped = build_tokenizer("char", ["aaabbc"], vocab_size=5)
     assert capped.vocab == [PAD, BOS, EOS, UNK, "a"]
 
 
 def test_char_tokenizer_counts_code_points():
-    tok = CharTokenizer.build(["👍🏽 é"])
+    tok = build_tokenizer("char", ["👍🏽 é"])
     assert len(tok.encode("👍🏽")) == 2  # thumbs up + skin tone modifier
     assert tok.decode(tok.encode("é👍🏽")) == "é👍🏽"
-    assert tok.encode("e\u0301") == [tok.token_to_id("e"), UNK_ID]  # no normalisation: decomposed é is not é
+    assert tok.encode("e\u0301") == [UNK_ID, UNK_ID]  # no normalisation: decomposed é is not é
+    assert tok.token_to_id("e") is None and tok.token_to_id("é") is not None
 
 
 def test_word_level_tokenizer_pieces_keep_case_and_spacing():
-    assert WordLevelTokenizer.split("Hi, you!\n") == ["Hi", ",", " you", "!", "\n"]
-    assert WordLevelTokenizer.split("a  b\tc") == ["a", " ", " b", "\t", "c"]
-    assert WordLevelTokenizer.split("I don't 😀.") == ["I", " don't", " 😀", "."]
-    tok = WordLevelTokenizer.build(["The cat. the cat!"])
+    tok = build_tokenizer("word", ["The cat. the cat!"])
+    assert tok.pieces("Hi, you!\n") == ["Hi", ",", " you", "!", "\n"]
+    assert tok.pieces("a  b\tc") == ["a", " ", " b", "\t", "c"]
+    assert tok.pieces("I don't 😀.") == ["I", " don't", " 😀", "."]
     assert {"The", " the", " cat", ".", "!"} <= set(tok.vocab)
     assert tok.tokens("The cat!") == ["The", " cat", "!"]
 
 
-def test_word_level_unknown_words_keep_their_spacing():
-    tok = WordLevelTokenizer.build(["the cat sat"])
-    assert " " in tok  # always there, for unknown words after a space
-    assert tok.decode(tok.encode("the dog sat")) == "the <unk> sat"
+def test_word_level_unknown_words_are_one_unk():
+    tok = build_tokenizer("word", ["the cat sat"])
+    assert " " in tok and tok.vocab[4] == " "  # right after the specials, as in attnkit 0.1
+    # documented difference from 0.1: an unknown " dog" is one <unk> (0.1 gave " " + <unk>)
+    assert tok.decode(tok.encode("the dog sat")) == "the<unk> sat"
     assert tok.decode(tok.encode("the sat")) == "the sat"
     assert tok.encode("dog") == [UNK_ID]
-    # an unknown " cat," splits into " " + known "cat"? Here "cat" is only known with its space:
-    assert tok.decode(tok.encode("cat the")) == "<unk> the"
+    assert tok.decode(tok.encode("cat the")) == "<unk><unk>"  # " the" is unknown (0.1: " " + "the")
 
 
 def test_word_level_vocab_size_and_min_freq():
-    tok = WordLevelTokenizer.build(["a a a b b c"], vocab_size=6)
+    tok = build_tokenizer("word", ["a a a b b c"], vocab_size=6)
     assert tok.vocab == [PAD, BOS, EOS, UNK, " ", " a"]  # " a" and " b" tie at 2: by text
-    tok = WordLevelTokenizer.build(["x y y z z z"], min_freq=2)
+    tok = build_tokenizer("word", ["x y y z z z"], min_freq=2)
     assert " z" in tok and " y" in tok and "x" not in tok
 
 
 def test_bpe_round_trips_any_text_and_never_uses_unk():
     corpus = _generated_corpus(400, seed=1)
-    tok = BPETokenizer.train(corpus, vocab_size=400, min_freq=2)
+    tok = build_tokenizer("bpe", corpus, vocab_size=400, min_freq=2)
     assert tok.vocab_size <= 400
     unseen = [*_generated_corpus(200, seed=2), "Ω≈ç√ unseen ☃ symbols", "", "\n\n", "<bos> typed <eos> <pad>"]
     for text in corpus + unseen:
@@ -143,10 +143,10 @@ def test_bpe_round_trips_any_text_and_never_uses_unk():
 
 
 def test_bpe_merges_frequent_words():
-    tok = BPETokenizer.train(["the theme of the thesis"] * 50, vocab_size=300, min_freq=2)
+    tok = build_tokenizer("bpe", ["the theme of the thesis"] * 50, vocab_size=300, min_freq=2)
     assert len(tok.encode("the thesis")) < len("the thesis") / 2
     with pytest.raises(ValueError, match="vocab_size must be None or an int >= 260"):
-        BPETokenizer.train(["abc"], vocab_size=100)
+        build_tokenizer("bpe", ["abc"], vocab_size=100)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -154,7 +154,7 @@ def test_save_load_equality_through_json(kind):
     tok = _build(kind)
     d = tok.to_dict()
     again = tokenizer_from_dict(json.loads(json.dumps(d)))
-    assert type(again) is type(tok) and again == tok
+    assert isinstance(again, Tokenizer) and again == tok
     for text in [*CORPUS, "unseen 🦀 text"]:
         assert again.encode(text) == tok.encode(text)
     assert again.kind == kind and d["kind"] == kind
@@ -182,10 +182,11 @@ def test_stream_decoder_pieces_add_up_to_the_decoded_text(kind):
     [
         ("not a dict", TypeError, "expects a dict"),
         ({"format": "x"}, ValueError, "'format' must be 'attnkit.tokenizer'"),
-        ({"format": "attnkit.word_tokenizer", "version": 1, "vocab": []}, ValueError, "use WordTokenizer.from_dict"),
+        ({"format": "attnkit.word_tokenizer", "version": 1, "vocab": []}, ValueError, "must start with"),
         ({"format": "attnkit.tokenizer", "version": 99, "kind": "char"}, ValueError, "unsupported version 99"),
         ({"format": "attnkit.tokenizer", "version": 1, "kind": "sentencepiece"}, ValueError, "unknown kind"),
-        ({"format": "attnkit.tokenizer", "version": 1, "kind": "char"}, ValueError, "needs 'vocab'"),
+        ({"format": "attnkit.tokenizer", "version": 1, "kind": "char"}, ValueError, "'vocab' must be a list"),
+        ({"format": "attnkit.tokenizer", "version": 2, "kind": "char", "tokenizer": "{"}, ValueError, "cannot be read"),
         ({"format": "attnkit.tokenizer", "version": 1, "kind": "char", "vocab": ["a", "b"]}, ValueError, "must start"),
         (
             {"format": "attnkit.tokenizer", "version": 1, "kind": "char", "vocab": [PAD, BOS, EOS, UNK, "ab"]},
@@ -197,8 +198,8 @@ def test_stream_decoder_pieces_add_up_to_the_decoded_text(kind):
             ValueError,
             "duplicate",
         ),
-        ({"format": "attnkit.tokenizer", "version": 1, "kind": "bpe", "hf_tokenizer": "x"}, ValueError, "JSON object"),
-        ({"format": "attnkit.tokenizer", "version": 1, "kind": "bpe", "hf_tokenizer": {"a": 1}}, ValueError, "valid"),
+        ({"format": "attnkit.tokenizer", "version": 1, "kind": "bpe", "hf_tokenizer": "x"}, ValueError, "be read"),
+        ({"format": "attnkit.tokenizer", "version": 1, "kind": "bpe", "hf_tokenizer": {"a": 1}}, ValueError, "be read"),
     ],
 )
 def test_bad_dicts_give_clear_errors(bad, error, match):
@@ -224,8 +225,99 @@ def test_bad_inputs_give_clear_errors():
         build_tokenizer("word", CORPUS, min_freq=0)
 
 
-def test_classification_word_tokenizer_is_unchanged():
-    tok = WordTokenizer.build(["I didn't like it.<br /><br />Really!"] * 2)
-    assert tok.pad_id == 0 and tok.unk_id == 1
-    assert WordTokenizer.tokenize("I didn't like it.<br />Really!") == ["i", "didn't", "like", "it", ".", "really", "!"]
-    assert WordTokenizer.from_dict(tok.to_dict()) == tok
+def test_classification_text_tokenizer_layout():
+    tok = build_tokenizer("text", ["I didn't like it.<br /><br />Really!"] * 2)
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, None, None)  # the 0.1 classify layout
+    assert tok.pieces("I didn't like it.<br />Really!") == ["i", "didn't", "like", "it", ".", "really", "!"]
+    assert tokenizer_from_dict(tok.to_dict()) == tok
+    assert tok.decode([*tok.encode("really liked it"), 0]) == "really <unk> it"
+    with pytest.raises(ValueError, match="has no bos token"):
+        tok.encode("x", add_bos=True)
+
+
+# ---------------------------------------------------------------------------- same ids as attnkit 0.1
+SAMPLES = [
+    *CORPUS,
+    *_generated_corpus(150, seed=3),
+    "<bos> typed <pad> specials",
+    "e\u0301 decomposed, \r\n windows line, \u2019 quote",
+    "",
+]
+
+
+@pytest.mark.parametrize(("kind", "old_cls"), [("char", legacy.CharTokenizer), ("word", legacy.WordLevelTokenizer)])
+def test_same_vocabulary_and_ids_as_legacy(kind, old_cls):
+    train = _generated_corpus(300, seed=4) + CORPUS
+    old, new = old_cls.build(train, min_freq=2), build_tokenizer(kind, train, min_freq=2)
+    assert new.vocab == old.vocab
+    converted = tokenizer_from_dict(json.loads(json.dumps(old.to_dict())))  # a checkpoint of attnkit 0.1
+    assert converted == new
+    differ = []
+    for text in SAMPLES:
+        if new.encode(text, add_bos=True) != old.encode(text, add_bos=True):
+            differ.append(text)
+        else:
+            assert new.decode(new.encode(text)) == old.decode(old.encode(text))
+    if kind == "char":
+        assert differ == []
+    else:  # the documented differences: unknown pieces after a space, combining marks inside words
+        for text in differ:
+            if "\u0301" in text:
+                continue
+            # every piece of 0.1's split is one id: its own, or <unk> (0.1: " " + the bare piece or <unk>)
+            expected = [old.token_to_id(p) if p in old else UNK_ID for p in old_cls.split(text)]
+            assert new.encode(text) == expected, text
+
+
+def test_word_documented_differences_exactly():
+    old = legacy.WordLevelTokenizer.build(["the cat sat"])
+    new = tokenizer_from_dict(old.to_dict())
+    assert old.encode("the dog") == [old.token_to_id("the"), old.token_to_id(" "), UNK_ID]
+    assert new.encode("the dog") == [new.token_to_id("the"), UNK_ID]
+    assert legacy.WordLevelTokenizer.split("e\u0301t") == ["e", "\u0301", "t"]
+    assert new.pieces("e\u0301t") == ["e\u0301t"]
+
+
+def test_bpe_same_ids_as_legacy():
+    train = _generated_corpus(300, seed=5)
+    old, new = legacy.BPETokenizer.train(train, vocab_size=400), build_tokenizer("bpe", train, vocab_size=400)
+    converted = tokenizer_from_dict(old.to_dict())
+    for text in SAMPLES:
+        assert new.encode(text, add_eos=True) == old.encode(text, add_eos=True) == converted.encode(text, add_eos=True)
+        assert new.decode(new.encode(text)) == old.decode(old.encode(text))
+
+
+def test_text_same_vocabulary_and_ids_as_legacy_word_tokenizer():
+    from attnkit.data.generators.reviews import generate_synthetic_corpus
+
+    texts = generate_synthetic_corpus(300, seed=1)[0] + ["I didn't LIKE it.<br /><br />Really!<BR>ok don\u2019t `x`"]
+    old = legacy.WordTokenizer.build(texts, max_size=150, min_freq=2)
+    new = build_tokenizer("text", texts, vocab_size=150, min_freq=2)
+    assert new.vocab == old.vocab and tokenizer_from_dict(old.to_dict()) == new
+    for text in texts + SAMPLES[:-3]:
+        assert new.encode(text, 20) == old.encode(text, 20)
+        assert new.decode(new.encode(text)) == old.decode(old.encode(text))
+
+
+def test_pretrained_tokenizer_of_attnkit_0_1_still_loads():
+    bpe = build_tokenizer("bpe", CORPUS, vocab_size=300)
+    old_dict = {  # what attnkit 0.1's PretrainedTokenizer.to_dict() wrote
+        "format": "attnkit.pretrained_tokenizer",
+        "version": 1,
+        "tokenizer": bpe.backend.to_str(),
+        "special_tokens": {"eos": EOS, "unk": UNK},
+    }
+    tok = tokenizer_from_dict(old_dict)
+    assert tok.kind == "pretrained" and (tok.eos_id, tok.unk_id, tok.pad_id) == (EOS_ID, UNK_ID, None)
+    assert tok.encode(CORPUS[0]) == bpe.encode(CORPUS[0])
+    assert tokenizer_from_dict(tok.to_dict()) == tok
+
+
+def test_save_writes_one_tokenizer_json(tmp_path):
+    from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
+
+    tok = _build("word")
+    tok.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    again = tokenizer_from_folder(tmp_path)
+    assert again == tok and again.kind == "word" and again.encode(CORPUS[1]) == tok.encode(CORPUS[1])

@@ -16,7 +16,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
-from attnkit.data.text import generate_synthetic_corpus
+from attnkit.data.generators.reviews import generate_synthetic_corpus
 
 # The tests run the real `attnkit` command with tests/training/cli_helpers.run_cli.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))

@@ -12,7 +12,7 @@ import yaml
 from cli_helpers import run_cli
 
 from attnkit.api import build_config
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import import_model, load_encoder, load_model, read_model_info
 from attnkit.models import BertClassifier
@@ -55,7 +55,9 @@ def test_init_starts_from_the_pretrained_encoder_and_tokenizer(
     assert set(model.bert.state_dict()) == set(encoder)
     assert all(torch.equal(model.bert.state_dict()[k], v) for k, v in encoder.items())
     # The data are encoded by the pretrained tokenizer: [CLS] ... [SEP], padded with [PAD].
-    assert isinstance(dm.tokenizer, PretrainedTokenizer) and dm.pad_id == dm.tokenizer.pad_id
+    assert (
+        isinstance(dm.tokenizer, Tokenizer) and dm.tokenizer.kind == "pretrained" and dm.pad_id == dm.tokenizer.pad_id
+    )
     ids, mask, _ = next(iter(dm.train_dataloader()))
     assert (ids[:, 0] == dm.tokenizer.cls_id).all()
     assert (ids[~mask] == dm.tokenizer.pad_id).all()

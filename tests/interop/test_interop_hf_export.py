@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 import attnkit
 from attnkit.cli import main
 from attnkit.data.lm import tokenizer_of
-from attnkit.data.tokenizers import BPETokenizer, CharTokenizer, WordLevelTokenizer
+from attnkit.data.tokenizers import build_tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import export_hf, hf_tokenizer, import_model, load_pretrained
 from attnkit.models import BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
@@ -136,8 +136,7 @@ def test_what_cannot_be_expressed_is_named(tmp_path: Path):
 def test_generation_tokenizers_as_tokenizer_json(kind: str, tmp_path: Path):
     """attnkit's lm tokenizers written as tokenizer.json encode (with <bos> first) and decode alike."""
     texts = corpus()
-    build = {"char": CharTokenizer.build, "word": WordLevelTokenizer.build}
-    tok = BPETokenizer.train(texts, vocab_size=400) if kind == "bpe" else build[kind](texts)
+    tok = build_tokenizer(kind, texts, vocab_size=400 if kind == "bpe" else None)
     hf_tokenizer(tok).save(tmp_path)
     fast = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
     # Texts whose words the vocabularies know (an unknown word encodes differently: see hf_tokenizer).

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from transformers import BertTokenizer, GPT2Tokenizer
 
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.text import text_tokenizer_from_dict
+from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
 from conftest import SENTENCES
 
 
-def _check_same_ids(ours: PretrainedTokenizer, ref, max_len: int = 12) -> None:
+def _check_same_ids(ours: Tokenizer, ref, max_len: int = 12) -> None:
     for text in SENTENCES:
         expected = ref(text)["input_ids"]
         assert ours.encode(text) == expected, text
@@ -24,10 +24,10 @@ def _check_same_ids(ours: PretrainedTokenizer, ref, max_len: int = 12) -> None:
 
 
 def test_wordpiece_vocab_txt_matches_bert_tokenizer(wordpiece_dir: Path):
-    ours = PretrainedTokenizer.from_folder(wordpiece_dir)
+    ours = tokenizer_from_folder(wordpiece_dir)
     ref = BertTokenizer.from_pretrained(str(wordpiece_dir))
     _check_same_ids(ours, ref)
-    assert "[UNK]" in ours.tokenize("日本語 qwzx")  # characters out of the vocabulary
+    assert "[UNK]" in ours.tokens("日本語 qwzx")  # characters out of the vocabulary
     assert ours.cls_id == ref.cls_token_id and ours.sep_id == ref.sep_token_id and ours.pad_id == ref.pad_token_id
     assert ours.vocab_size == len(ref)
 
@@ -35,14 +35,14 @@ def test_wordpiece_vocab_txt_matches_bert_tokenizer(wordpiece_dir: Path):
 def test_cased_wordpiece_follows_tokenizer_config(wordpiece_dir: Path, tmp_path: Path):
     shutil.copy(wordpiece_dir / "vocab.txt", tmp_path / "vocab.txt")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "strip_accents": False}))
-    ours = PretrainedTokenizer.from_folder(tmp_path)
+    ours = tokenizer_from_folder(tmp_path)
     ref = BertTokenizer.from_pretrained(str(tmp_path))
     _check_same_ids(ours, ref)
-    assert ours.encode("The Café") != PretrainedTokenizer.from_folder(wordpiece_dir).encode("The Café")
+    assert ours.encode("The Café") != tokenizer_from_folder(wordpiece_dir).encode("The Café")
 
 
 def test_byte_level_bpe_matches_gpt2_tokenizer(bpe_dir: Path):
-    ours = PretrainedTokenizer.from_folder(bpe_dir)
+    ours = tokenizer_from_folder(bpe_dir)
     ref = GPT2Tokenizer.from_pretrained(str(bpe_dir))
     _check_same_ids(ours, ref)
     for text in SENTENCES:  # byte-level: every text round-trips, unknown characters included
@@ -55,27 +55,27 @@ def test_tokenizer_json_written_by_transformers(wordpiece_dir: Path, bpe_dir: Pa
         saved = tmp_path / folder.name
         cls.from_pretrained(str(folder)).save_pretrained(str(saved))
         assert (saved / "tokenizer.json").is_file() and not (saved / "vocab.txt").exists()
-        ours = PretrainedTokenizer.from_folder(saved)
+        ours = tokenizer_from_folder(saved)
         _check_same_ids(ours, cls.from_pretrained(str(saved)))
-        assert ours.special_tokens == PretrainedTokenizer.from_folder(folder).special_tokens
+        assert ours.special_tokens == tokenizer_from_folder(folder).special_tokens
 
 
 def test_round_trip_through_dict_and_folder(wordpiece_dir: Path, tmp_path: Path):
-    ours = PretrainedTokenizer.from_folder(wordpiece_dir)
-    again = text_tokenizer_from_dict(json.loads(json.dumps(ours.to_dict())))
+    ours = tokenizer_from_folder(wordpiece_dir)
+    again = tokenizer_from_dict(json.loads(json.dumps(ours.to_dict())))
     assert again == ours and again.encode(SENTENCES[1], 10) == ours.encode(SENTENCES[1], 10)
     ours.save(tmp_path)
-    assert PretrainedTokenizer.from_folder(tmp_path) == ours
+    assert tokenizer_from_folder(tmp_path) == ours
 
 
 def test_bad_tokenizer_files_are_clear_errors(tmp_path: Path, wordpiece_dir: Path):
     with pytest.raises(FileNotFoundError, match=r"expected tokenizer.json, vocab.txt .* vocab.json \+ merges.txt"):
-        PretrainedTokenizer.from_folder(tmp_path)
+        tokenizer_from_folder(tmp_path)
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"cannot read .*tokenizer.json"):
-        PretrainedTokenizer.from_folder(tmp_path)
-    with pytest.raises(ValueError, match=r"format must be 'attnkit.pretrained_tokenizer'"):
-        PretrainedTokenizer.from_dict({"format": "something else"})
-    ours = PretrainedTokenizer.from_folder(wordpiece_dir)
+        tokenizer_from_folder(tmp_path)
+    with pytest.raises(ValueError, match=r"'format' must be 'attnkit.tokenizer'"):
+        tokenizer_from_dict({"format": "something else"})
+    ours = tokenizer_from_folder(wordpiece_dir)
     with pytest.raises(ValueError, match=r"max_len must be None or an int > 2"):
         ours.encode("hello", 2)

@@ -13,7 +13,8 @@ from cli_helpers import run_cli
 import attnkit
 from attnkit.api import build_config
 from attnkit.config import ConfigError
-from attnkit.data.pairs import english_number, spanish_number
+from attnkit.data.generators.numbers import english_number, spanish_number
+from attnkit.data.tokenizers import tokenizer_from_dict
 from attnkit.errors import CheckpointError
 from attnkit.tasks import load_run
 from attnkit.tasks.translate import corpus_scores, read_lines, translate_run, translate_texts
@@ -150,7 +151,7 @@ def test_trains_on_a_pairs_file_with_separate_character_vocabularies(tmp_path: P
     assert set(result.metrics) >= {"test/bleu", "test/chrf", "test/exact"}
     art = result.module.hparams["artifacts"]
     assert art["src_tokenizer"]["kind"] == "char" and art["tgt_tokenizer"] is not None
-    src_vocab = art["src_tokenizer"]["vocab"]
+    src_vocab = tokenizer_from_dict(art["src_tokenizer"]).vocab
     assert "ñ" not in src_vocab and "é" in src_vocab  # reversed: Spanish is the source ("dieciséis")
     assert result.model.src_embedding is not result.model.tgt_embedding
     [spanish] = translate_texts(result.module, ["dieciséis"])

@@ -309,7 +309,7 @@ def test_lm_test_data_and_predict_file_perplexity(lm_run: Path, tmp_path: Path):
     dm = run.task.build_datamodule(run.config)
     dm.setup("test")
     (tmp_path / "held.txt").write_text("\n\n".join(dm.documents["test"]) + "\n")
-    assert read_corpus(tmp_path / "held.txt") == dm.documents["test"]
+    assert read_corpus(tmp_path / "held.txt") == list(dm.documents["test"])
     scored = _cli_metrics(str(lm_run), "--data", str(tmp_path / "held.txt"))
     for key in ("test/ppl", "test/bpc", "test/loss"):
         assert scored[key] == pytest.approx(_metrics(lm_run)[key], rel=1e-3)

@@ -1,5 +1,6 @@
 """Tokenizers, datasets and data modules; real file formats, tested on small generated files."""
 
+from attnkit.data.generators.reverse import reverse_sequences
 from attnkit.data.sets import (
     AnomalyDataConfig,
     ItemFeatures,
@@ -7,14 +8,13 @@ from attnkit.data.sets import (
     SetAnomalyDataset,
     load_item_features,
 )
-from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, reverse_sequences
+from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule
 from attnkit.data.text import (
     PAD,
     UNK,
     ClassifyDataConfig,
     TextClassificationDataModule,
     TextSplits,
-    WordTokenizer,
     collate_text_batch,
     generate_synthetic_corpus,
     load_imdb,
@@ -23,6 +23,7 @@ from attnkit.data.text import (
     read_table,
     stratified_split,
 )
+from attnkit.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "PAD",
@@ -37,7 +38,8 @@ __all__ = [
     "SetAnomalyDataset",
     "TextClassificationDataModule",
     "TextSplits",
-    "WordTokenizer",
+    "Tokenizer",
+    "build_tokenizer",
     "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
@@ -47,4 +49,5 @@ __all__ = [
     "read_table",
     "reverse_sequences",
     "stratified_split",
+    "tokenizer_from_dict",
 ]

@@ -25,7 +25,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule, process_shard
-from attnkit.data.splits import group_split
+from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
+from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pair_rows, read_pairs
+from attnkit.data.splits import SPLITS, group_split
 from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -43,9 +45,6 @@ __all__ = [
     "spanish_number",
     "split_pairs",
 ]
-
-BUILTIN_SOURCE = "numbers"
-Pair = tuple[str, str]
 
 
 # ====================================================================== config
@@ -102,74 +101,6 @@ class PairsDataConfig(DataConfig):
         return self
 
 
-# ====================================================================== files
-def read_pairs(path: str | Path, *, skip_bad_lines: bool = False) -> list[Pair]:
-    """``(source, target)`` of every line of a tab-separated pairs file, in file order (see :func:`read_pair_rows`)."""
-    return [(s, t) for s, t, _ in read_pair_rows(path, skip_bad_lines=skip_bad_lines)]
-
-
-def read_pair_rows(
-    path: str | Path, *, skip_bad_lines: bool = False, group_column: int | None = None
-) -> list[tuple[str, str, str | None]]:
-    """``(source, target, group)`` of every line of a tab-separated pairs file, in file order.
-
-    ``group`` is column ``group_column`` (0-based) of the line, None without ``group_column``; a
-    line without that column is a bad line.
-
-    Columns after the second (Tatoeba's attribution) are ignored; both sides are stripped of
-    surrounding whitespace. Blank lines are skipped. A line without a tab or with an empty side is
-    an error naming the file and line, or, with ``skip_bad_lines``, skipped and counted in one
-    warning. Bytes that are not UTF-8 are an error naming the file, line and column. A UTF-8 byte
-    order mark at the start is ignored.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"pairs file {path} does not exist (data.source: a tab-separated file, or {BUILTIN_SOURCE!r})"
-        )
-    pairs: list[tuple[str, str, str | None]] = []
-    bad: list[int] = []
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
-                    "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8"
-                ) from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("\t")
-            problem = None
-            if len(parts) < 2:
-                problem = "no tab: expected source<TAB>target"
-            elif not parts[0].strip() or not parts[1].strip():
-                problem = f"empty {'source' if not parts[0].strip() else 'target'}"
-            elif group_column is not None and (len(parts) <= group_column or not parts[group_column].strip()):
-                problem = f"no group in column {group_column} (data.group_column, 0-based)"
-            if problem is not None:
-                if not skip_bad_lines:
-                    raise ValueError(
-                        f"{path}:{number}: {problem}; got {line[:80]!r}. Fix the line, or set data.skip_bad_lines=true"
-                    )
-                bad.append(number)
-                continue
-            group = parts[group_column].strip() if group_column is not None else None
-            pairs.append((parts[0].strip(), parts[1].strip(), group))
-    if bad:
-        warnings.warn(
-            f"{path}: skipped {len(bad)} line(s) without a tab or with an empty side (first: line {bad[0]})",
-            stacklevel=2,
-        )
-    if not pairs:
-        raise ValueError(f"{path}: no sentence pairs (expected lines source<TAB>target)")
-    return pairs
-
-
 @dataclass
 class PairSplits:
     """Deduplicated ``(source, target)`` pairs of the three splits."""
@@ -188,189 +119,22 @@ def split_pairs(
     """Remove duplicate pairs (first kept), then split by *source sentence* with ``seed``.
 
     All translations of one source sentence (Tatoeba often has several) go to the same split, so
-    no test source is seen in training. ``round(n * fraction)`` distinct sources go to validation
-    and to test (n = distinct sources); pairs keep their file order within a split. With
-    ``groups`` (one per pair; a duplicate keeps its first pair's) whole groups go to one split
-    instead (:func:`attnkit.data.splits.group_split`, sizes counted in pairs).
+    no test source is seen in training: the groups of :func:`attnkit.data.splits.group_split` are
+    the source sentences, or, with ``groups`` (one per pair; a duplicate keeps its first pair's),
+    those groups. Validation and test get about ``fraction`` of the (deduplicated) *pairs* each;
+    pairs keep their file order within a split.
     """
     unique = list(dict.fromkeys(pairs))
-    if groups is not None:
-        group_of: dict[Pair, str] = {}
+    if groups is None:
+        group_of = [source for source, _ in unique]
+    else:
+        first: dict[Pair, str] = {}
         for pair, group in zip(pairs, groups):
-            group_of.setdefault(pair, group)
-        _, val_idx, test_idx = group_split([group_of[p] for p in unique], [val_fraction, test_fraction], seed)
-        split_of = {i: "val" for i in val_idx} | {i: "test" for i in test_idx}
-        out: dict[str, list[Pair]] = {"train": [], "val": [], "test": []}
-        for i, pair in enumerate(unique):
-            out[split_of.get(i, "train")].append(pair)
-        return PairSplits(**out)
-    sources = list(dict.fromkeys(s for s, _ in unique))
-    order = list(range(len(sources)))
-    random.Random(seed).shuffle(order)
-    n_val, n_test = round(len(sources) * val_fraction), round(len(sources) * test_fraction)
-    source_split: dict[str, str] = {}
-    for rank, i in enumerate(order):
-        source_split[sources[i]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
-    out = {"train": [], "val": [], "test": []}
-    for pair in unique:
-        out[source_split[pair[0]]].append(pair)
+            first.setdefault(pair, group)
+        group_of = [first[pair] for pair in unique]
+    parts = group_split(group_of, [val_fraction, test_fraction], seed)
+    out = {name: [unique[i] for i in idx] for name, idx in zip(SPLITS, parts)}
     return PairSplits(**out)
-
-
-# ====================================================================== built-in: numbers in English and Spanish
-_EN_ONES = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-)  # fmt: skip
-_EN_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_ES_UNITS = (
-    "cero", "uno", "dos", "tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve", "diez", "once", "doce",
-    "trece", "catorce", "quince", "dieciséis", "diecisiete", "dieciocho", "diecinueve", "veinte", "veintiuno",
-    "veintidós", "veintitrés", "veinticuatro", "veinticinco", "veintiséis", "veintisiete", "veintiocho", "veintinueve",
-)  # fmt: skip
-_ES_TENS = ("", "", "", "treinta", "cuarenta", "cincuenta", "sesenta", "setenta", "ochenta", "noventa")
-_ES_HUNDREDS = (
-    "", "ciento", "doscientos", "trescientos", "cuatrocientos", "quinientos", "seiscientos", "setecientos",
-    "ochocientos", "novecientos",
-)  # fmt: skip
-Form = Literal["number", "masculine", "feminine"]
-
-
-def english_number(n: int) -> str:
-    """American English words for ``0 <= n < 1,000,000``: ``321`` -> ``"three hundred twenty-one"``."""
-    _check_number(n)
-    if n < 20:
-        return _EN_ONES[n]
-    if n < 100:
-        return _EN_TENS[n // 10] + (f"-{_EN_ONES[n % 10]}" if n % 10 else "")
-    if n < 1000:
-        return f"{_EN_ONES[n // 100]} hundred" + (f" {english_number(n % 100)}" if n % 100 else "")
-    return f"{english_number(n // 1000)} thousand" + (f" {english_number(n % 1000)}" if n % 1000 else "")
-
-
-def spanish_number(n: int, form: Form = "number") -> str:
-    """Spanish words for ``0 <= n < 1,000,000``.
-
-    ``form``: ``"number"`` counts (``21`` -> ``"veintiuno"``); ``"masculine"`` comes before a
-    masculine noun, where *uno* is shortened (``"veintiún libros"``, ``"treinta y un libros"``,
-    ``"un libro"``); ``"feminine"`` before a feminine noun (``"veintiuna casas"``,
-    ``"doscientas casas"``; only below 1000, where usage is settled). In thousands *uno* is always
-    shortened (``"veintiún mil"``) and ``1000`` is ``"mil"``; ``100`` is ``"cien"`` (also in
-    ``"cien mil"``), ``101..199`` start with ``"ciento"``.
-    """
-    _check_number(n)
-    if form == "feminine" and n >= 1000:
-        raise ValueError(f"spanish_number: the feminine form is only generated below 1000, got {n}")
-    if n >= 1000:
-        thousands, rest = divmod(n, 1000)
-        head = "mil" if thousands == 1 else f"{spanish_number(thousands, 'masculine')} mil"
-        return head + (f" {spanish_number(rest, form)}" if rest else "")
-    if n >= 100:
-        hundreds, rest = divmod(n, 100)
-        if n == 100:
-            return "cien"
-        head = _ES_HUNDREDS[hundreds]
-        if form == "feminine" and hundreds > 1:
-            head = head.removesuffix("os") + "as"
-        return head + (f" {spanish_number(rest, form)}" if rest else "")
-    if n >= 30:
-        tens, unit = divmod(n, 10)
-        return _ES_TENS[tens] + (f" y {spanish_number(unit, form)}" if unit else "")
-    word = _ES_UNITS[n]
-    if n in (1, 21) and form != "number":
-        word = word.removesuffix("uno") + ("una" if form == "feminine" else "ún" if n == 21 else "un")
-    return word
-
-
-def _check_number(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 1_000_000:
-        raise ValueError(f"numbers are generated for integers in [0, 1000000), got {n!r}")
-
-
-# (English singular, English plural, Spanish singular, Spanish plural, gender)
-_NOUNS = (
-    ("book", "books", "libro", "libros", "masculine"),
-    ("dog", "dogs", "perro", "perros", "masculine"),
-    ("car", "cars", "coche", "coches", "masculine"),
-    ("tree", "trees", "árbol", "árboles", "masculine"),
-    ("pencil", "pencils", "lápiz", "lápices", "masculine"),
-    ("egg", "eggs", "huevo", "huevos", "masculine"),
-    ("glass", "glasses", "vaso", "vasos", "masculine"),
-    ("student", "students", "alumno", "alumnos", "masculine"),
-    ("house", "houses", "casa", "casas", "feminine"),
-    ("table", "tables", "mesa", "mesas", "feminine"),
-    ("window", "windows", "ventana", "ventanas", "feminine"),
-    ("apple", "apples", "manzana", "manzanas", "feminine"),
-    ("bottle", "bottles", "botella", "botellas", "feminine"),
-    ("chair", "chairs", "silla", "sillas", "feminine"),
-    ("flower", "flowers", "flor", "flores", "feminine"),
-    ("key", "keys", "llave", "llaves", "feminine"),
-)
-# (English, Spanish); {be} is "is"/"are" by number.
-_TEMPLATES = (
-    ("I have {n} {noun}.", "Tengo {n} {noun}."),
-    ("You have {n} {noun}.", "Tienes {n} {noun}."),
-    ("We need {n} {noun}.", "Necesitamos {n} {noun}."),
-    ("She bought {n} {noun}.", "Ella compró {n} {noun}."),
-    ("They sold {n} {noun} yesterday.", "Ellos vendieron {n} {noun} ayer."),
-    ("My brother has {n} {noun}.", "Mi hermano tiene {n} {noun}."),
-    ("I see {n} {noun}.", "Veo {n} {noun}."),
-    ("There {be} {n} {noun} here.", "Hay {n} {noun} aquí."),
-)
-
-
-def _number_sentence(n: int, noun: tuple[str, str, str, str, str], template: tuple[str, str]) -> Pair:
-    en_sg, en_pl, es_sg, es_pl, gender = noun
-    one = n == 1
-    en = template[0].format(n=english_number(n), noun=en_sg if one else en_pl, be="is" if one else "are")
-    es = template[1].format(n=spanish_number(n, gender), noun=es_sg if one else es_pl)  # type: ignore[arg-type]
-    return en, es
-
-
-def _random_number(rng: random.Random, max_digits: int) -> int:
-    digits = rng.randint(1, max_digits)  # as many 1-digit as 6-digit numbers
-    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
-
-
-def number_pairs(num_pairs: int, seed: int = 42, *, sentence_fraction: float = 0.5) -> list[Pair]:
-    """``num_pairs`` distinct English->Spanish pairs: numbers written as words, and short sentences.
-
-    **What it is.** A number below a million, written out (``"three hundred twenty-one thousand
-    four"`` -> ``"trescientos veintiún mil cuatro"``), or, with probability ``sentence_fraction``,
-    one of 8 sentence templates with a number below 1000 and one of 16 nouns (``"She bought
-    twenty-one apples."`` -> ``"Ella compró veintiuna manzanas."``). The Spanish follows the
-    grammar of numerals: *dieciséis*, *veintidós*, *treinta y uno*, *cien* / *ciento*,
-    *quinientos*, *setecientos*, *novecientos*, *mil* / *dos mil*; agreement with the noun
-    (*un libro*, *una casa*, *veintiún libros*, *doscientas casas*) and singular/plural (*Hay un
-    árbol aquí.*). Numbers have 1 to 6 digits with equal probability. Deterministic in ``seed``.
-
-    **What it can show.** That the translator learns a real, compositional mapping between two
-    languages (word order differs: *twenty-one* -> *veintiuno*, *forty-five* -> *cuarenta y
-    cinco*; gender agreement needs the noun that comes after the number), and exact match can
-    reach 100 %.
-
-    **What it cannot show.** It is not natural language: the vocabulary is about a hundred words
-    and the syntax is fixed, so its BLEU says nothing about translating real text (use Tatoeba's
-    spa.txt for that).
-    """
-    if isinstance(num_pairs, bool) or not isinstance(num_pairs, int) or num_pairs < 1:
-        raise ValueError(f"number_pairs: num_pairs must be an int >= 1, got {num_pairs!r}")
-    if not 0.0 <= sentence_fraction <= 1.0:
-        raise ValueError(f"number_pairs: sentence_fraction must be in [0, 1], got {sentence_fraction!r}")
-    sentences = 999 * len(_NOUNS) * len(_TEMPLATES)
-    limit = sentences // 2 if sentence_fraction == 1.0 else 500_000
-    if num_pairs > limit:
-        raise ValueError(f"number_pairs: at most {limit} distinct pairs with sentence_fraction={sentence_fraction}")
-    rng = random.Random(seed)
-    seen: dict[str, str] = {}
-    while len(seen) < num_pairs:
-        if rng.random() < sentence_fraction:
-            en, es = _number_sentence(_random_number(rng, 3) or 1, rng.choice(_NOUNS), rng.choice(_TEMPLATES))
-        else:
-            n = _random_number(rng, 6)
-            en, es = english_number(n), spanish_number(n)
-        seen.setdefault(en, es)
-    return list(seen.items())
 
 
 # ====================================================================== batches

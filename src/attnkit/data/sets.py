@@ -5,7 +5,7 @@ another class, in random order. The target is the position of the odd item (a so
 positions), as in the UvA deep learning tutorial on Transformers.
 
 Item features come from scikit-learn's bundled handwritten digits, a user ``.npz``/``.pt`` file, or
-CIFAR-100 images passed through a frozen CNN (see :mod:`attnkit.data.cifar`). Nothing is downloaded.
+CIFAR-100 images passed through a frozen CNN (see :mod:`attnkit.data.readers.cifar`). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -440,7 +440,7 @@ def _load_file(path: Path, cfg: AnomalyDataConfig, generator: torch.Generator) -
 def _load_cifar(
     folder: Path, cfg: AnomalyDataConfig, generator: torch.Generator, backbone: nn.Module | None
 ) -> ItemFeatures:
-    from attnkit.data.cifar import load_cifar100_features
+    from attnkit.data.readers.cifar import load_cifar100_features
 
     out = load_cifar100_features(
         folder,
@@ -493,7 +493,7 @@ def load_item_features(cfg: AnomalyDataConfig, *, backbone: nn.Module | None = N
     else:
         path = Path(source).expanduser()
         if path.is_dir():
-            from attnkit.data.cifar import find_cifar100_folder
+            from attnkit.data.readers.cifar import find_cifar100_folder
 
             folder = find_cifar100_folder(path)
             assert folder is not None

@@ -1,21 +1,79 @@
-"""Group-aware, stratified train/held-out splits: no group of examples straddles two splits.
+"""Train/validation/test splits, one module for every task: by fraction, stratified by label, and
+group-aware (no group of examples straddles two splits).
 
-When examples come in groups (passages of one source document, items of one recording, pairs of
-one speaker...), a random split puts members of one group on both sides: validation then
-measures memory of the group, not generalisation to new ones, and picks the wrong checkpoint.
-:func:`group_split` assigns whole groups, like scikit-learn's ``GroupShuffleSplit``, while keeping
-every split's class mix close to the whole data's (``StratifiedGroupKFold``'s aim) and each part's
-size close to its fraction of the *examples*.
+When examples come in groups (passages of one source document, items of one recording, the
+translations of one source sentence...), a random split puts members of one group on both sides:
+validation then measures memory of the group, not generalisation to new ones, and picks the wrong
+checkpoint. :func:`group_split` assigns whole groups, like scikit-learn's ``GroupShuffleSplit``,
+while keeping every split's class mix close to the whole data's (``StratifiedGroupKFold``'s aim) and
+each part's size close to its fraction of the *examples*.
+
+Every function is deterministic in ``seed``.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["group_split"]
+__all__ = ["SPLITS", "TEST", "TRAIN", "VAL", "fraction_split", "group_split", "stratified_split"]
+
+SPLITS = ("train", "val", "test")
+TRAIN, VAL, TEST = 0, 1, 2
+
+
+def _held_out_counts(n: int, fractions: Sequence[float], keep_one: bool, minimum: int = 0) -> list[int]:
+    """``round(n * f)`` (half up) for each fraction, at least ``minimum``; at least one item stays in
+    training when ``keep_one``."""
+    counts = [max(minimum, math.floor(n * f + 0.5)) if f > 0 else 0 for f in fractions]
+    while keep_one and sum(counts) > n - 1 and any(counts):
+        counts[counts.index(max(counts))] -= 1
+    return counts
+
+
+def fraction_split(n: int, val_fraction: float, test_fraction: float, seed: int, *, minimum: int = 0) -> np.ndarray:
+    """Split ids of ``n`` examples: a seeded shuffle, then ``round(n * fraction)`` (at least
+    ``minimum`` each) go to validation and test; the rest (at least one) is training."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_val, n_test = _held_out_counts(n, [val_fraction, test_fraction], keep_one=True, minimum=minimum)
+    out = np.zeros(n, dtype=np.int8)
+    ordered = np.asarray(order, dtype=np.int64)
+    out[ordered[:n_val]] = VAL
+    out[ordered[n_val : n_val + n_test]] = TEST
+    return out
+
+
+def stratified_split(labels: Sequence[int], fractions: Sequence[float], seed: int) -> tuple[list[int], list[list[int]]]:
+    """Seeded stratified split of indices ``0 .. len(labels) - 1``.
+
+    For every class, ``round(n_class * f)`` indices go to each held-out part ``f`` in
+    ``fractions``; the rest stays. At least one example of every class stays in the first
+    part (when a class has a single example, nothing of it is held out).
+
+    Returns:
+        ``(rest, [part_0, part_1, ...])``, each list of indices in increasing order.
+    """
+    rng = random.Random(seed)
+    by_class: dict[int, list[int]] = {}
+    for i, y in enumerate(labels):
+        by_class.setdefault(int(y), []).append(i)
+    rest: list[int] = []
+    parts: list[list[int]] = [[] for _ in fractions]
+    for y in sorted(by_class):
+        idx = by_class[y]
+        rng.shuffle(idx)
+        counts = _held_out_counts(len(idx), fractions, keep_one=True)
+        start = 0
+        for part, c in zip(parts, counts):
+            part.extend(idx[start : start + c])
+            start += c
+        rest.extend(idx[start:])
+    return sorted(rest), [sorted(p) for p in parts]
 
 
 def group_split(

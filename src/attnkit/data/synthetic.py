@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule
+from attnkit.data.generators.reverse import reverse_sequences
 
 __all__ = ["BatchedTensorDataset", "ReverseDataConfig", "ReverseDataModule", "identity_collate", "reverse_sequences"]
 
@@ -48,13 +49,6 @@ class ReverseDataConfig(DataConfig):
     val_size: int = Field(1000, ge=1)
     test_size: int = Field(10000, ge=1)
     seed: int = 42
-
-
-def reverse_sequences(size: int, seq_len: int, num_categories: int, seed: int) -> tuple[Tensor, Tensor]:
-    """``(inputs [size, seq_len], labels [size, seq_len])`` int64; labels are inputs reversed."""
-    generator = torch.Generator().manual_seed(seed)
-    inputs = torch.randint(num_categories, (size, seq_len), generator=generator)
-    return inputs, inputs.flip(-1)
 
 
 class ReverseDataModule(SplitDataModule):

@@ -8,10 +8,6 @@ Nothing is downloaded: IMDB must already be unpacked on disk (``aclImdb/``).
 
 from __future__ import annotations
 
-import csv
-import json
-import math
-import random
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -26,9 +22,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.splits import group_split
-from attnkit.data.tokenizers import PAD, UNK, WordTokenizer
+from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column, read_table
+from attnkit.data.splits import group_split, stratified_split
+from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "PAD",
@@ -38,7 +35,6 @@ __all__ = [
     "EncodedTextDataset",
     "TextClassificationDataModule",
     "TextSplits",
-    "WordTokenizer",
     "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
@@ -49,11 +45,8 @@ __all__ = [
     "read_table",
     "source_kind",
     "stratified_split",
-    "text_tokenizer_from_dict",
 ]
 
-SUPPORTED_TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".tsv", ".jsonl")
-SYNTHETIC_LABEL_NAMES: list[str] = ["negative", "positive"]
 IMDB_LABEL_NAMES: list[str] = ["negative", "positive"]  # folder neg -> 0, pos -> 1
 
 
@@ -171,37 +164,6 @@ class TextSplits:
         return {"train": len(self.train_texts), "val": len(self.val_texts), "test": len(self.test_texts)}
 
 
-def stratified_split(labels: Sequence[int], fractions: Sequence[float], seed: int) -> tuple[list[int], list[list[int]]]:
-    """Seeded stratified split of indices ``0 .. len(labels) - 1``.
-
-    For every class, ``round(n_class * f)`` indices go to each held-out part ``f`` in
-    ``fractions``; the rest stays. At least one example of every class stays in the first
-    part (when a class has a single example, nothing of it is held out).
-
-    Returns:
-        ``(rest, [part_0, part_1, ...])``, each list of indices in increasing order.
-    """
-    rng = random.Random(seed)
-    by_class: dict[int, list[int]] = {}
-    for i, y in enumerate(labels):
-        by_class.setdefault(int(y), []).append(i)
-    rest: list[int] = []
-    parts: list[list[int]] = [[] for _ in fractions]
-    for y in sorted(by_class):
-        idx = by_class[y]
-        rng.shuffle(idx)
-        n = len(idx)
-        counts = [math.floor(n * f + 0.5) for f in fractions]
-        while sum(counts) > n - 1 and any(counts):
-            counts[counts.index(max(counts))] -= 1
-        start = 0
-        for part, c in zip(parts, counts):
-            part.extend(idx[start : start + c])
-            start += c
-        rest.extend(idx[start:])
-    return sorted(rest), [sorted(p) for p in parts]
-
-
 def _take(items: Sequence[Any], idx: Sequence[int]) -> list[Any]:
     return [items[i] for i in idx]
 
@@ -254,108 +216,7 @@ def load_imdb(root: str | Path, *, val_fraction: float = 0.1, seed: int = 42) ->
     )
 
 
-# ====================================================================== csv / tsv / jsonl
 _INT_RE = re.compile(r"[+-]?\d+")
-
-
-def read_table(path: str | Path, text_column: str = "text", label_column: str = "label") -> tuple[list[str], list[Any]]:
-    """Texts and raw labels (``str`` or ``int``, as in the file) of a ``.csv``/``.tsv``/``.jsonl`` file.
-
-    csv/tsv need a header row; jsonl holds one JSON object per line (blank lines are skipped).
-    Errors name the file and the line: malformed JSON, a missing column/key, an empty text or
-    label, a label that is neither a string nor an integer, and a file without data rows.
-    """
-    path, suffix = _table_file(path)
-    if suffix == ".jsonl":
-        texts, labels = _read_jsonl(path, text_column, label_column)
-    else:
-        texts, labels = _read_delimited(path, text_column, label_column, "\t" if suffix == ".tsv" else ",")
-    if not texts:
-        raise ValueError(f"{path}: no data rows")
-    return texts, labels
-
-
-def _table_file(path: str | Path) -> tuple[Path, str]:
-    """``(path, its lower-case suffix)`` of an existing table file; else a clear error."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_TABLE_SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; supported: {', '.join(SUPPORTED_TABLE_SUFFIXES)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
-    return path, suffix
-
-
-def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, label_column: str) -> None:
-    if not isinstance(text, str):
-        raise ValueError(f"{path}:{line}: text in {text_column!r} must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise ValueError(f"{path}:{line}: empty text in column {text_column!r}")
-    if isinstance(label, bool) or not isinstance(label, str | int):
-        raise ValueError(f"{path}:{line}: label in {label_column!r} must be a string or an integer, got {label!r}")
-    if isinstance(label, str) and not label.strip():
-        raise ValueError(f"{path}:{line}: empty label in column {label_column!r}")
-
-
-def _read_delimited(path: Path, text_column: str, label_column: str, delimiter: str) -> tuple[list[str], list[Any]]:
-    texts: list[str] = []
-    labels: list[Any] = []
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f, delimiter=delimiter)
-        line = 1
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise ValueError(f"{path}: empty file; a header row naming the columns is required")
-            header = [h.strip() for h in header]
-            for name in (text_column, label_column):
-                if name not in header:
-                    raise ValueError(f"{path}:1: no column {name!r} in the header; columns: {header}")
-            ti, li = header.index(text_column), header.index(label_column)
-            while True:
-                line = reader.line_num + 1
-                row = next(reader, None)
-                if row is None:
-                    break
-                if not row:  # blank line
-                    continue
-                for name, i in ((text_column, ti), (label_column, li)):
-                    if i >= len(row):
-                        raise ValueError(
-                            f"{path}:{line}: row has {len(row)} field(s), missing column {name!r}; columns: {header}"
-                        )
-                text, label = row[ti], row[li].strip()
-                _check_row(path, line, text, label, text_column, label_column)
-                texts.append(text)
-                labels.append(label)
-        except csv.Error as err:
-            raise ValueError(f"{path}:{line}: malformed {path.suffix.lstrip('.')} row: {err}") from err
-    return texts, labels
-
-
-def _read_jsonl(path: Path, text_column: str, label_column: str) -> tuple[list[str], list[Any]]:
-    texts: list[str] = []
-    labels: list[Any] = []
-    with path.open(encoding="utf-8-sig") as f:
-        for line, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line}: malformed JSON: {err.msg} (column {err.colno})") from err
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
-            for name in (text_column, label_column):
-                if name not in obj:
-                    raise ValueError(f"{path}:{line}: missing key {name!r}; keys present: {sorted(obj)}")
-            text, label = obj[text_column], obj[label_column]
-            if isinstance(label, str):
-                label = label.strip()
-            _check_row(path, line, text, label, text_column, label_column)
-            texts.append(text)
-            labels.append(label)
-    return texts, labels
 
 
 def _map_labels(raw: Sequence[Any], where: str) -> tuple[list[int], list[str]]:
@@ -427,163 +288,6 @@ def load_table(
         test_labels=out["test"][1],
         label_names=names,
     )
-
-
-def read_column(path: str | Path, column: str) -> list[str]:
-    """The values of one column (jsonl: key) of a ``.csv``/``.tsv``/``.jsonl`` file as strings, one
-    per data row, in the rows :func:`read_table` reads (blank lines skipped). A missing column or
-    an empty value is an error naming the file and line."""
-    path, suffix = _table_file(path)
-    values: list[str] = []
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        if suffix == ".jsonl":
-            rows = ((line, json.loads(raw)) for line, raw in enumerate(f, start=1) if raw.strip())
-        else:
-            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
-            if reader.fieldnames is None or column not in [h.strip() for h in reader.fieldnames]:
-                raise ValueError(f"{path}:1: no column {column!r} in the header; columns: {reader.fieldnames}")
-            reader.fieldnames = [h.strip() for h in reader.fieldnames]
-            rows = ((reader.line_num, row) for row in reader)
-        try:
-            for line, row in rows:
-                value = row.get(column) if isinstance(row, dict) else None
-                if value is None or not str(value).strip():
-                    raise ValueError(f"{path}:{line}: no value in column {column!r}")
-                values.append(str(value).strip())
-        except (csv.Error, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: malformed row: {err}") from err
-    if not values:
-        raise ValueError(f"{path}: no data rows")
-    return values
-
-
-# ====================================================================== synthetic corpus
-_SUBJECTS = (
-    "the acting", "the plot", "the soundtrack", "the dialogue", "the ending", "the cinematography",
-    "the pacing", "the cast", "the script", "the direction", "this movie", "the film", "the story",
-    "the characters", "the special effects", "the lead actress", "the villain", "the editing",
-)  # fmt: skip
-_POSITIVE = (
-    "great", "excellent", "wonderful", "brilliant", "superb", "enjoyable", "moving", "delightful",
-    "fantastic", "charming", "clever", "gripping", "beautiful", "funny", "memorable", "solid",
-)  # fmt: skip
-_NEGATIVE = (
-    "awful", "terrible", "boring", "dull", "bad", "horrible", "weak", "clumsy", "tedious",
-    "disappointing", "predictable", "dreadful", "silly", "forgettable", "messy", "bland",
-)  # fmt: skip
-_INTENSIFIERS = ("", "", "", "really ", "very ", "quite ", "truly ", "so ")
-_NEGATORS = ("not ", "not ", "never ", "hardly ", "far from ")
-_NEGATED_INTENSIFIERS = ("", "", "", "really ", "very ", "that ")
-_OPINIONS = (
-    "{subj} was {neg}{adv}{adj}.",
-    "I thought {subj} was {neg}{adv}{adj}.",
-    "To be honest, {subj} is {neg}{adv}{adj}.",
-    "In my opinion {subj} was {neg}{adv}{adj}.",
-    "Overall {subj} felt {neg}{adv}{adj}.",
-)
-_FILLERS = (
-    "I watched it on a {day} {time}.",
-    "The film runs about {num} minutes.",
-    "It is based on a {source}.",
-    "My {person} recommended it to me.",
-    "It came out in {year}.",
-    "I saw it {where}.",
-    "The story takes place in {place}.",
-    "I had not seen the trailer before.",
-    "I did not know anything about the director.",
-    "There is a long scene in a {room}.",
-    "The main character works as a {job}.",
-)
-_SLOTS = {
-    "day": ("monday", "friday", "saturday", "sunday", "rainy", "quiet"),
-    "time": ("morning", "afternoon", "evening", "night"),
-    "num": ("ninety", "one hundred", "two hundred", "eighty"),
-    "source": ("novel", "true story", "comic book", "play", "short story"),
-    "person": ("friend", "sister", "brother", "neighbour", "colleague", "father"),
-    "year": ("1985", "1999", "2004", "2012", "2019"),
-    "where": ("at home", "in the cinema", "on a plane", "at a festival", "on television"),
-    "place": ("paris", "a small town", "new york", "the desert", "a space station", "london"),
-    "room": ("kitchen", "train station", "hospital", "library", "bar"),
-    "job": ("teacher", "detective", "nurse", "pilot", "lawyer", "chef"),
-}
-
-
-def _opinion(rng: random.Random, polarity: int, negate: bool) -> str:
-    """One sentence whose meaning has ``polarity`` (1 positive, 0 negative)."""
-    adjective_positive = polarity == 1 if not negate else polarity == 0
-    adj = rng.choice(_POSITIVE if adjective_positive else _NEGATIVE)
-    template = rng.choice(_OPINIONS)
-    return template.format(
-        subj=rng.choice(_SUBJECTS),
-        neg=rng.choice(_NEGATORS) if negate else "",
-        adv=rng.choice(_NEGATED_INTENSIFIERS if negate else _INTENSIFIERS),
-        adj=adj,
-    )
-
-
-def _filler(rng: random.Random) -> str:
-    template = rng.choice(_FILLERS)
-    slots = {name: rng.choice(values) for name, values in _SLOTS.items() if "{" + name + "}" in template}
-    return template.format(**slots)
-
-
-def _capitalize(sentence: str) -> str:
-    return sentence[:1].upper() + sentence[1:]
-
-
-def generate_synthetic_corpus(
-    n: int, seed: int = 42, *, negation_prob: float = 0.3
-) -> tuple[list[str], list[int], list[str]]:
-    """A built-in, download-free, labelled corpus of short template "reviews".
-
-    **What it is.** Each document mixes 1-3 neutral filler sentences ("I saw it on a plane.")
-    with 1 or 3 opinion sentences ("I thought the plot was really clever."). An opinion's
-    polarity is carried by its adjective (16 positive, 16 negative) and is flipped by a negator
-    right before it ("was *not* clever", "never", "hardly", "far from") with probability
-    ``negation_prob``. The label (0 ``"negative"``, 1 ``"positive"``) is the majority polarity of
-    the opinions, so it is a deterministic function of the text. Some fillers contain a "not"
-    that negates nothing. Sentences are capitalised and sometimes separated by ``<br /><br />``
-    as in IMDB. Classes are balanced (``n // 2`` negative) and the output is fully determined
-    by ``seed``.
-
-    **What it can show.** That the pipeline works end to end (tokenizer, padding, masks, the
-    model learns, accuracy well above chance within a few epochs on CPU), and a little about
-    context: a bag-of-words model cannot tell which adjective a "not" belongs to, so it stays
-    clearly below 100 % while a model using word order can get close to it (with the defaults
-    and 6000 documents, logistic regression reaches about 0.68 accuracy on word counts and
-    about 0.79 on unigrams + bigrams).
-
-    **What it cannot show.** It is *not* a sentiment benchmark: the vocabulary is tiny (a few
-    hundred words), the grammar is templated, there is no sarcasm, no long-range structure and
-    no label noise. Accuracy on it says nothing about accuracy on real reviews; use aclImdb.
-
-    Returns:
-        ``(texts, labels, label_names)`` with ``label_names == ["negative", "positive"]``.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"generate_synthetic_corpus: n must be an int >= 1, got {n!r}")
-    if not 0.0 <= negation_prob <= 1.0:
-        raise ValueError(f"generate_synthetic_corpus: negation_prob must be in [0, 1], got {negation_prob!r}")
-    rng = random.Random(seed)
-    labels = [0] * (n // 2) + [1] * (n - n // 2)
-    rng.shuffle(labels)
-    texts: list[str] = []
-    for label in labels:
-        if rng.random() < 0.4:
-            polarities = [label]
-        elif rng.random() < 0.5:
-            polarities = [label] * 3
-        else:
-            polarities = [label, label, 1 - label]
-        sentences = [_opinion(rng, p, rng.random() < negation_prob) for p in polarities]
-        sentences += [_filler(rng) for _ in range(rng.randint(1, 3))]
-        rng.shuffle(sentences)
-        parts = [_capitalize(sentences[0])]
-        for s in sentences[1:]:
-            parts.append(" <br /><br />" if rng.random() < 0.2 else " ")
-            parts.append(_capitalize(s))
-        texts.append("".join(parts))
-    return texts, labels, list(SYNTHETIC_LABEL_NAMES)
 
 
 # ====================================================================== dispatch
@@ -672,7 +376,7 @@ class TextClassificationDataModule(SplitDataModule):
     The module's ``state_dict()`` is :meth:`artifacts`, so Lightning stores the vocabulary in
     checkpoints; ``load_state_dict`` restores it (re-encoding if already set up).
 
-    ``tokenizer`` may also be a pretrained model's :class:`PretrainedTokenizer` (fine-tuning a
+    ``tokenizer`` may also be a pretrained model's tokenizer (kind ``"pretrained"``, fine-tuning a
     pretrained encoder): its ids include the model's special tokens and it pads with its pad id.
     """
 
@@ -681,7 +385,7 @@ class TextClassificationDataModule(SplitDataModule):
         cfg: ClassifyDataConfig,
         batch_size: int = 32,
         num_workers: int = 0,
-        tokenizer: WordTokenizer | PretrainedTokenizer | None = None,
+        tokenizer: Tokenizer | None = None,
         label_names: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -749,8 +453,8 @@ class TextClassificationDataModule(SplitDataModule):
                         f"(label_names={splits.label_names!r})"
                     )
         if self._tokenizer is None:
-            self._tokenizer = WordTokenizer.build(
-                splits.train_texts, max_size=self.cfg.vocab_size, min_freq=self.cfg.min_freq
+            self._tokenizer = build_tokenizer(
+                "text", splits.train_texts, vocab_size=self.cfg.vocab_size, min_freq=self.cfg.min_freq
             )
         self._label_names = list(splits.label_names)
         self.splits = splits
@@ -797,7 +501,7 @@ class TextClassificationDataModule(SplitDataModule):
 
     # -------------------------------------------------------------- properties
     @property
-    def tokenizer(self) -> WordTokenizer | PretrainedTokenizer:
+    def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
             raise RuntimeError("TextClassificationDataModule: the tokenizer is built by setup(); call it first")
         return self._tokenizer
@@ -809,7 +513,7 @@ class TextClassificationDataModule(SplitDataModule):
     @property
     def pad_id(self) -> int:
         pad_id = self._tokenizer.pad_id if self._tokenizer is not None else None
-        return WordTokenizer.pad_id if pad_id is None else pad_id
+        return 0 if pad_id is None else pad_id  # <pad> of the "text" layout
 
     @property
     def max_len(self) -> int:
@@ -857,19 +561,12 @@ class TextClassificationDataModule(SplitDataModule):
         return out
 
 
-def text_tokenizer_from_dict(d: dict[str, Any]) -> WordTokenizer | PretrainedTokenizer:
-    """The classify tokenizer stored by ``to_dict()``: a :class:`WordTokenizer` or a :class:`PretrainedTokenizer`."""
-    if isinstance(d, dict) and d.get("format") == PretrainedTokenizer.FORMAT:
-        return PretrainedTokenizer.from_dict(d)
-    return WordTokenizer.from_dict(d)
-
-
-def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[WordTokenizer | PretrainedTokenizer, list[str], int]:
+def _parse_artifacts(artifacts: dict[str, Any]) -> tuple[Tokenizer, list[str], int]:
     missing = [k for k in ("tokenizer", "label_names", "max_len") if k not in artifacts]
     if missing:
         raise ValueError(f"text data artifacts are missing {missing}; keys present: {sorted(artifacts)}")
     return (
-        text_tokenizer_from_dict(artifacts["tokenizer"]),
+        tokenizer_from_dict(artifacts["tokenizer"]),
         [str(n) for n in artifacts["label_names"]],
         int(artifacts["max_len"]),
     )

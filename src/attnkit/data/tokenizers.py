@@ -1,24 +1,42 @@
-"""Tokenizers: a word tokenizer for classification, and char / word / BPE tokenizers for generation.
+"""One tokenizer class for every task, run by Hugging Face ``tokenizers``.
 
-No download: every vocabulary is built from the user's (training) texts.
+:class:`Tokenizer` wraps a ``tokenizers.Tokenizer`` (its ``tokenizer.json`` is the one save format,
+stored in checkpoints) and knows its special tokens by role. Kinds, all built from the user's
+(training) texts with :func:`build_tokenizer` (no download) except ``pretrained``:
 
-* :class:`WordTokenizer` (text classification): lower-cased words, ids ``0`` ``<pad>`` and ``1`` ``<unk>``.
-* Generation and translation tokenizers (:class:`CharTokenizer`, :class:`WordLevelTokenizer`,
-  :class:`BPETokenizer`; build one with :func:`build_tokenizer`) share the interface of
-  :class:`Tokenizer` and fixed special ids: ``PAD_ID = 0`` ``<pad>``, ``BOS_ID = 1`` ``<bos>``,
-  ``EOS_ID = 2`` ``<eos>``, ``UNK_ID = 3`` ``<unk>``. They keep case and spacing, so that
-  ``decode(encode(text)) == text`` (exactly what round-trips is said per class). ``to_dict()`` is
-  JSON-serialisable (stored in checkpoints); :func:`tokenizer_from_dict` rebuilds the tokenizer.
+* ``"char"``: one token per Unicode code point; ``"word"``: words and punctuation marks with case
+  and spacing kept (GPT-2's split without bytes or merges); ``"bpe"``: byte-level BPE as GPT-2.
+  Fixed special ids ``PAD_ID = 0`` ``<pad>``, ``BOS_ID = 1`` ``<bos>``, ``EOS_ID = 2`` ``<eos>``,
+  ``UNK_ID = 3`` ``<unk>``; ``decode(encode(text)) == text`` when the text's pieces are known
+  (always for BPE).
+* ``"text"`` (text classification): lower-cased words and punctuation marks, ``<br />`` tags
+  removed. Its layout is ``<pad>`` = 0, ``<unk>`` = 1 and no ``<bos>``/``<eos>`` (a classifier
+  never uses them): kept from the earlier word tokenizer, so the embedding rows of classify
+  checkpoints written before keep their meaning.
+* ``"pretrained"``: a pretrained model's tokenizer (BERT's WordPiece, GPT-2's BPE) read by
+  :func:`attnkit.data.pretrained_tokenizer.tokenizer_from_folder`; its special tokens are the
+  model's own (``None`` where it has none).
+
+Differences from the hand-written tokenizers of attnkit 0.1 (tested in ``tests/data/test_tokenizers.py``):
+a ``"word"`` piece that is not in the vocabulary encodes to one ``<unk>`` (it was ``" "`` + ``<unk>``
+for an unknown word after a space), and a combining mark (``"e\\u0301"``) stays inside its word for
+``"word"`` and ``"text"`` (it was a piece of its own). Otherwise the ids are the same.
+
+``to_dict()`` is JSON (``{"format": "attnkit.tokenizer", "version": 2, "kind", "tokenizer":
+<tokenizer.json>, "special_tokens"}``); :func:`tokenizer_from_dict` reads it and converts the older
+formats (``attnkit.tokenizer`` v1, ``attnkit.word_tokenizer``, ``attnkit.pretrained_tokenizer``).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as HFTokenizer
 
 __all__ = [
     "BOS",
@@ -30,13 +48,9 @@ __all__ = [
     "SPECIAL_TOKENS",
     "UNK",
     "UNK_ID",
-    "BPETokenizer",
-    "CharTokenizer",
     "StreamDecoder",
     "Tokenizer",
     "TokenizerKind",
-    "WordLevelTokenizer",
-    "WordTokenizer",
     "build_tokenizer",
     "tokenizer_from_dict",
 ]
@@ -45,512 +59,264 @@ PAD = "<pad>"
 UNK = "<unk>"
 BOS = "<bos>"
 EOS = "<eos>"
-# Fixed ids of the generation/translation tokenizers (not of the classification WordTokenizer).
+# Fixed ids of the char/word/bpe tokenizers (generation and translation).
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)  # in id order
+# The classification ("text") layout.
+TEXT_SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK)
 
-# IMDB reviews contain literal HTML line breaks: "<br />", "<br/>", "<br>".
-_BR_RE = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
-# A word (letters/digits/underscore, with inner apostrophes such as "don't") or one punctuation mark.
-_TOKEN_RE = re.compile(r"\w+(?:'\w+)*|[^\w\s]")
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'"})
-
-
-class _VocabLookup:
-    """Lookups of a tokenizer that holds its vocabulary as ``_itos`` (tokens in id order) and
-    ``_stoi`` (token -> id); tokens outside it map to ``unk_id``."""
-
-    _itos: list[str]
-    _stoi: dict[str, int]
-    unk_id: int
-
-    def token_to_id(self, token: str) -> int:
-        """Id of ``token`` (``unk_id`` when it is not in the vocabulary)."""
-        return self._stoi.get(token, self.unk_id)
-
-    def id_to_token(self, i: int) -> str:
-        """Token of id ``i``."""
-        return self._itos[i]
-
-    @property
-    def vocab(self) -> list[str]:
-        """Tokens in id order (a copy)."""
-        return list(self._itos)
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, specials included."""
-        return len(self._itos)
-
-    def __len__(self) -> int:
-        return len(self._itos)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self._stoi
-
-
-class WordTokenizer(_VocabLookup):
-    """Lower-cases, strips ``<br />`` tags and splits into words and punctuation marks.
-
-    ``"I didn't like it.<br /><br />Really!"`` -> ``["i", "didn't", "like", "it", ".", "really", "!"]``.
-    Words inside the vocabulary map to their id, others to :attr:`unk_id`.
-
-    Args:
-        vocab: tokens in id order; ``vocab[0]`` must be ``"<pad>"`` and ``vocab[1]`` ``"<unk>"``.
-    """
-
-    pad_id: int = 0
-    unk_id: int = 1
-    FORMAT = "attnkit.word_tokenizer"
-    VERSION = 1
-
-    def __init__(self, vocab: Sequence[str]) -> None:
-        vocab = list(vocab)
-        if len(vocab) < 2 or vocab[0] != PAD or vocab[1] != UNK:
-            raise ValueError(f"WordTokenizer: vocab must start with [{PAD!r}, {UNK!r}], got {vocab[:2]!r}")
-        bad = [t for t in vocab if not isinstance(t, str) or not t]
-        if bad:
-            raise ValueError(f"WordTokenizer: vocab entries must be non-empty strings, got {bad[:5]!r}")
-        if len(set(vocab)) != len(vocab):
-            dupes = sorted(t for t, c in Counter(vocab).items() if c > 1)
-            raise ValueError(f"WordTokenizer: duplicate vocab entries {dupes[:5]!r}")
-        self._itos: list[str] = vocab
-        self._stoi: dict[str, int] = {t: i for i, t in enumerate(vocab)}
-
-    # ------------------------------------------------------------------ building
-    @staticmethod
-    def tokenize(text: str) -> list[str]:
-        """Split ``text`` into lower-cased words and punctuation marks (``<br />`` tags removed)."""
-        if not isinstance(text, str):
-            raise TypeError(f"WordTokenizer.tokenize expects a str, got {type(text).__name__}")
-        text = _BR_RE.sub(" ", text).translate(_APOSTROPHES).lower()
-        return _TOKEN_RE.findall(text)
-
-    @classmethod
-    def build(cls, texts: Iterable[str], *, max_size: int = 20000, min_freq: int = 2) -> WordTokenizer:
-        """Vocabulary of the most frequent tokens of ``texts``.
-
-        Args:
-            texts: the corpus (normally the training split only).
-            max_size: total vocabulary size *including* ``<pad>`` and ``<unk>`` (so at most
-                ``max_size - 2`` words).
-            min_freq: tokens seen fewer times are left out (they encode to ``<unk>``).
-
-        Tokens are ordered by decreasing count, ties broken alphabetically, so the result is the
-        same for the same corpus whatever the order of the texts.
-        """
-        if isinstance(texts, str):
-            raise TypeError("WordTokenizer.build expects an iterable of texts, got a single str")
-        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 2:
-            raise ValueError(f"WordTokenizer.build: max_size must be an int >= 2 (pad + unk), got {max_size!r}")
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"WordTokenizer.build: min_freq must be an int >= 1, got {min_freq!r}")
-        counts: Counter[str] = Counter()
-        for text in texts:
-            counts.update(cls.tokenize(text))
-        for special in (PAD, UNK):
-            counts.pop(special, None)
-        ranked = sorted((item for item in counts.items() if item[1] >= min_freq), key=lambda kv: (-kv[1], kv[0]))
-        words = [w for w, _ in ranked[: max_size - 2]]
-        return cls([PAD, UNK, *words])
-
-    # ------------------------------------------------------------------ coding
-    def encode(self, text: str, max_len: int | None = None) -> list[int]:
-        """Token ids of ``text`` (length ``<= max_len`` when given: the text is truncated at the end)."""
-        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-            raise ValueError(f"WordTokenizer.encode: max_len must be None or an int >= 1, got {max_len!r}")
-        tokens = self.tokenize(text)
-        if max_len is not None:
-            tokens = tokens[:max_len]
-        unk = self.unk_id
-        return [self._stoi.get(t, unk) for t in tokens]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Tokens of ``ids`` joined by spaces; ``<pad>`` is skipped, unknown words show as ``<unk>``."""
-        n = len(self._itos)
-        out: list[str] = []
-        for i in ids:
-            i = int(i)
-            if i == self.pad_id:
-                continue
-            if not 0 <= i < n:
-                raise ValueError(f"WordTokenizer.decode: id {i} out of range [0, {n})")
-            out.append(self._itos[i])
-        return " ".join(out)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, WordTokenizer) and self._itos == other._itos
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._itos))
-
-    def __repr__(self) -> str:
-        return f"WordTokenizer(vocab_size={self.vocab_size})"
-
-    # ------------------------------------------------------------------ serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable description; :meth:`from_dict` rebuilds an equal tokenizer."""
-        return {"format": self.FORMAT, "version": self.VERSION, "vocab": list(self._itos)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> WordTokenizer:
-        """Inverse of :meth:`to_dict`."""
-        if not isinstance(d, dict):
-            raise TypeError(f"WordTokenizer.from_dict expects a dict, got {type(d).__name__}")
-        if d.get("format") != cls.FORMAT:
-            raise ValueError(f"WordTokenizer.from_dict: format must be {cls.FORMAT!r}, got {d.get('format')!r}")
-        if d.get("version") != cls.VERSION:
-            raise ValueError(
-                f"WordTokenizer.from_dict: unsupported version {d.get('version')!r} (supported: {cls.VERSION})"
-            )
-        vocab = d.get("vocab")
-        if not isinstance(vocab, list):
-            raise ValueError(f"WordTokenizer.from_dict: 'vocab' must be a list of strings, got {type(vocab).__name__}")
-        return cls(vocab)
-
-
-# ====================================================================== generation / translation tokenizers
-TokenizerKind = Literal["char", "word", "bpe"]
-TOKENIZER_FORMAT = "attnkit.tokenizer"
-TOKENIZER_VERSION = 1
+TokenizerKind = Literal["char", "word", "bpe", "text"]
+KINDS: tuple[str, ...] = ("char", "word", "bpe", "text", "pretrained")
+FORMAT = "attnkit.tokenizer"
+VERSION = 2
+_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+_GENERATION_SPECIALS = {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK}
+_TEXT_SPECIALS = {"pad": PAD, "unk": UNK}
 
 # GPT-2's split: a word (with inner apostrophes) or one punctuation mark, each with at most one
 # leading space; whitespace runs otherwise (the last space of a run goes to the next word).
-_PIECE_RE = re.compile(r" ?\w+(?:'\w+)*| ?[^\w\s]|\s+(?!\S)|\s+")
+WORD_PATTERN = r" ?\w+(?:'\w+)*| ?[^\w\s]|\s+(?!\S)|\s+"
+# Classification words: a word with inner apostrophes ("don't") or one punctuation mark.
+TEXT_PATTERN = r"\w+(?:'\w+)*|[^\w\s]"
 
 
-class Tokenizer(ABC):
-    """The interface of the generation/translation tokenizers.
+# ====================================================================== HF pipelines of each kind
+def _pipeline(kind: str, model: Any) -> HFTokenizer:
+    """A ``tokenizers.Tokenizer`` of ``kind`` around ``model`` (normalizer, pre-tokenizer, decoder)."""
+    hf = HFTokenizer(model)
+    if kind == "char":
+        hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        hf.decoder = decoders.Fuse()
+    elif kind == "word":
+        hf.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+        hf.decoder = decoders.Fuse()
+    elif kind == "text":
+        hf.normalizer = normalizers.Sequence(
+            [
+                normalizers.Replace(Regex(r"(?i)<br\s*/?>"), " "),  # IMDB reviews hold literal HTML breaks
+                normalizers.Replace("\u2019", "'"),
+                normalizers.Replace("\u2018", "'"),
+                normalizers.Replace("`", "'"),
+                normalizers.Lowercase(),
+            ]
+        )
+        hf.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(TEXT_PATTERN), behavior="isolated")]
+        )
+    elif kind == "bpe":
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(KINDS[:4])}")
+    return hf
 
-    Ids ``0..3`` are always ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` (:data:`PAD_ID` ...).
-    Text that is not in the vocabulary encodes to ``<unk>``, never an error.
 
-    ``decode(ids, skip_special=True)`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>``
-    as the text ``"<unk>"`` (it stands for real text that the vocabulary lacked, so it is kept
-    visible); with ``skip_special=False`` every special token shows as its string.
+def _from_vocab(kind: str, vocab: Sequence[str], specials: Sequence[str]) -> Tokenizer:
+    """A WordLevel tokenizer of ``kind`` whose ids are the positions in ``vocab``."""
+    vocab = list(vocab)
+    if tuple(vocab[: len(specials)]) != tuple(specials):
+        raise ValueError(f"a {kind!r} vocabulary must start with {list(specials)}, got {vocab[: len(specials)]!r}")
+    bad = [t for t in vocab if not isinstance(t, str) or not t]
+    if bad:
+        raise ValueError(f"vocabulary entries must be non-empty strings, got {bad[:5]!r}")
+    if len(set(vocab)) != len(vocab):
+        dupes = sorted(t for t, c in Counter(vocab).items() if c > 1)
+        raise ValueError(f"duplicate vocabulary entries {dupes[:5]!r}")
+    if kind == "char" and any(len(t) != 1 for t in vocab[len(specials) :]):
+        raise ValueError("a 'char' vocabulary holds single characters after the special tokens")
+    hf = _pipeline(kind, models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token=UNK))
+    roles = _TEXT_SPECIALS if kind == "text" else _GENERATION_SPECIALS
+    return Tokenizer(hf, kind, roles)
+
+
+# ====================================================================== the class
+class Tokenizer:
+    """A tokenizer: a ``tokenizers.Tokenizer`` (``backend``), its ``kind`` and its special tokens.
+
+    Args:
+        backend: the Hugging Face tokenizer (its own truncation and padding are turned off).
+        kind: ``"char"``, ``"word"``, ``"bpe"``, ``"text"`` or ``"pretrained"`` (see the module docstring).
+        special_tokens: role (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``) -> token
+            string; tokens not in the vocabulary are left out. ``pad_id`` ... ``mask_id`` are the ids
+            of these roles (``None`` when absent).
+
+    Special-token strings typed in a text (``"<bos>"``) are text for every kind but ``pretrained``
+    (where ``"[MASK]"`` is the model's mask token, as in Hugging Face).
     """
 
-    kind: ClassVar[str]
-    pad_id: ClassVar[int] = PAD_ID
-    bos_id: ClassVar[int] = BOS_ID
-    eos_id: ClassVar[int] = EOS_ID
-    unk_id: ClassVar[int] = UNK_ID
+    def __init__(self, backend: HFTokenizer, kind: str, special_tokens: dict[str, str] | None = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {list(KINDS)}")
+        unknown = sorted(set(special_tokens or {}) - set(_ROLES))
+        if unknown:
+            raise ValueError(f"Tokenizer: unknown special-token roles {unknown}; allowed: {list(_ROLES)}")
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.kind = kind
+        self.special_tokens = {
+            role: token
+            for role, token in (special_tokens or {}).items()
+            if token is not None and backend.token_to_id(token) is not None
+        }
+        if kind != "pretrained":
+            backend.add_special_tokens(list(self.special_tokens.values()))  # already in the vocabulary: same ids
+            backend.encode_special_tokens = True  # "<bos>" typed in a text is text (not saved by to_str)
+        self._special_ids = frozenset(self.backend.token_to_id(t) for t in self.special_tokens.values())
+        self._n_post = backend.num_special_tokens_to_add(is_pair=False)
 
-    @abstractmethod
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """Token ids of ``text``, optionally with ``<bos>`` first and ``<eos>`` last."""
+    def _id(self, role: str) -> int | None:
+        token = self.special_tokens.get(role)
+        return None if token is None else self.backend.token_to_id(token)
 
-    @abstractmethod
+    pad_id = property(lambda self: self._id("pad"), doc="id of the padding token, or None")
+    unk_id = property(lambda self: self._id("unk"), doc="id of the unknown token, or None")
+    bos_id = property(lambda self: self._id("bos"), doc="id of the beginning-of-text token, or None")
+    eos_id = property(lambda self: self._id("eos"), doc="id of the end-of-text token, or None")
+    cls_id = property(lambda self: self._id("cls"), doc="id of BERT's [CLS], or None")
+    sep_id = property(lambda self: self._id("sep"), doc="id of BERT's [SEP], or None")
+    mask_id = property(lambda self: self._id("mask"), doc="id of BERT's [MASK], or None")
+
+    # ------------------------------------------------------------------ coding
+    def encode(
+        self, text: str, max_len: int | None = None, *, add_bos: bool = False, add_eos: bool = False
+    ) -> list[int]:
+        """Token ids of ``text``: ``<bos>`` first / ``<eos>`` last when asked (char/word/bpe), the
+        model's own special tokens for ``pretrained`` (BERT: ``[CLS] ... [SEP]``); at most ``max_len``
+        ids, the text truncated at the end (special tokens kept)."""
+        if not isinstance(text, str):
+            raise TypeError(f"Tokenizer.encode: expected a str, got {type(text).__name__}")
+        extra = self._n_post + int(add_bos) + int(add_eos)
+        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= extra):
+            raise ValueError(f"Tokenizer.encode: max_len must be None or an int > {extra}, got {max_len!r}")
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        if max_len is not None:
+            encoding.truncate(max_len - extra)
+        if self._n_post:
+            encoding = self.backend.post_process(encoding)
+        return self._wrap(list(encoding.ids), add_bos, add_eos)
+
+    def encode_batch(self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
+        """:meth:`encode` of every text, in parallel threads (Hugging Face ``encode_batch``)."""
+        if isinstance(texts, str):
+            raise TypeError("Tokenizer.encode_batch: expected a list of texts, got a single str")
+        if self._n_post:
+            return [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
+        encodings = self.backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [self._wrap(e.ids, add_bos, add_eos) for e in encodings]
+
+    def _wrap(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
+        for flag, role in ((add_bos, "bos"), (add_eos, "eos")):
+            if flag and self._id(role) is None:
+                raise ValueError(f"Tokenizer.encode: this {self.kind!r} tokenizer has no {role} token")
+        return ([self._id("bos")] if add_bos else []) + ids + ([self._id("eos")] if add_eos else [])
+
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
-        """Text of ``ids`` (a list of ints or a 1-D integer tensor)."""
+        """Text of ``ids`` (a list of ints, a 1-D tensor or array).
+
+        ``skip_special=True`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>`` as the text
+        ``"<unk>"`` (it stands for real text that the vocabulary lacked, so it is kept visible); with
+        ``skip_special=False`` every special token shows as its string. ``pretrained``: Hugging Face's
+        ``decode(ids, skip_special_tokens=skip_special)``.
+        """
+        ids = self._ids_list(ids)
+        if self.kind == "pretrained":
+            return self.backend.decode(ids, skip_special_tokens=skip_special)
+        unk = self._id("unk")
+        out: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if i in self._special_ids:
+                if run:
+                    out.append(self.backend.decode(run, skip_special_tokens=False))
+                    run = []
+                if not skip_special or i == unk:
+                    out.append(self.backend.id_to_token(i))
+            else:
+                run.append(i)
+        if run:
+            out.append(self.backend.decode(run, skip_special_tokens=False))
+        return (" " if self.kind == "text" else "").join(out)
+
+    def _ids_list(self, ids: Any) -> list[int]:
+        if hasattr(ids, "tolist"):  # a tensor or a NumPy array
+            ids = ids.tolist()
+        if isinstance(ids, str | bytes):
+            raise TypeError(f"Tokenizer.decode: expected a sequence of token ids, got {type(ids).__name__}")
+        n = self.vocab_size
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"Tokenizer.decode: token ids must be ints, got {i!r} ({type(i).__name__})")
+            if not 0 <= i < n:
+                raise ValueError(f"Tokenizer.decode: id {i} out of range [0, {n}) of this vocabulary")
+        return list(ids)
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces ``text`` is split into before the vocabulary lookup (normalised: lower-cased
+        for ``text``); ``bpe`` pieces are the pre-tokenized words in GPT-2's byte alphabet."""
+        if self.backend.normalizer is not None:
+            text = self.backend.normalizer.normalize_str(text)
+        return [p for p, _ in self.backend.pre_tokenizer.pre_tokenize_str(text)]
+
+    def tokens(self, text: str) -> list[str]:
+        """The token strings ``text`` encodes to (``"<unk>"`` for unknown pieces; BPE's ``"Ġ"`` is a space)."""
+        return [self.id_to_token(i) for i in self.encode(text)]
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of ``token``, or ``None`` when it is not in the vocabulary."""
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str:
+        """Token string of id ``i``."""
+        token = self.backend.id_to_token(int(i))
+        if token is None:
+            raise ValueError(f"Tokenizer: id {i} out of range [0, {self.vocab_size})")
+        return token
 
     @property
-    @abstractmethod
-    def vocab_size(self) -> int:
-        """Number of ids, the four special tokens included."""
+    def vocab(self) -> list[str]:
+        """Tokens in id order."""
+        return [self.backend.id_to_token(i) for i in range(self.vocab_size)]
 
-    @abstractmethod
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable description; :func:`tokenizer_from_dict` rebuilds an equal tokenizer."""
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
 
     def __len__(self) -> int:
         return self.vocab_size
 
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.backend.token_to_id(token) is not None
+
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore[union-attr]
+        return isinstance(other, Tokenizer) and self.to_dict() == other.to_dict()
 
     def __hash__(self) -> int:
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
+        return hash(self.backend.to_str())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"
 
-    # ---------------------------------------------------------------- shared helpers
-    @staticmethod
-    def _check_text(text: Any, where: str) -> str:
-        if not isinstance(text, str):
-            raise TypeError(f"{where}: expected a str, got {type(text).__name__}")
-        return text
-
-    def _ids_list(self, ids: Any, where: str) -> list[int]:
-        if hasattr(ids, "tolist"):  # a tensor or a NumPy array
-            ids = ids.tolist()
-        if isinstance(ids, str | bytes):
-            raise TypeError(f"{where}: expected a sequence of token ids, got {type(ids).__name__}")
-        out = []
-        n = self.vocab_size
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int):
-                raise TypeError(f"{where}: token ids must be ints, got {i!r} ({type(i).__name__})")
-            if not 0 <= i < n:
-                raise ValueError(f"{where}: id {i} out of range [0, {n}) of this vocabulary")
-            out.append(i)
-        return out
-
-    @staticmethod
-    def _wrap(ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
-        return ([BOS_ID] if add_bos else []) + ids + ([EOS_ID] if add_eos else [])
-
-
-class _VocabTokenizer(_VocabLookup, Tokenizer):
-    """A tokenizer with an explicit token list: the text is split into pieces, each piece is one
-    id, and decoding concatenates the pieces."""
-
-    def __init__(self, vocab: Sequence[str]) -> None:
-        name = type(self).__name__
-        if isinstance(vocab, str) or not isinstance(vocab, Sequence):
-            raise TypeError(f"{name}: vocab must be a list of strings, got {type(vocab).__name__}")
-        vocab = list(vocab)
-        if tuple(vocab[:4]) != SPECIAL_TOKENS:
-            raise ValueError(f"{name}: vocab must start with {list(SPECIAL_TOKENS)}, got {vocab[:4]!r}")
-        bad = [t for t in vocab if not isinstance(t, str) or not t]
-        if bad:
-            raise ValueError(f"{name}: vocab entries must be non-empty strings, got {bad[:5]!r}")
-        if len(set(vocab)) != len(vocab):
-            dupes = sorted(t for t, c in Counter(vocab).items() if c > 1)
-            raise ValueError(f"{name}: duplicate vocab entries {dupes[:5]!r}")
-        self._check_entries(vocab[4:])
-        self._itos: list[str] = vocab
-        self._stoi: dict[str, int] = {t: i for i, t in enumerate(vocab)}
-
-    def _check_entries(self, tokens: list[str]) -> None:
-        """Subclasses reject tokens that their splitting could never produce."""
-
-    @classmethod
-    @abstractmethod
-    def split(cls, text: str) -> list[str]:
-        """The pieces of ``text``; ``"".join(pieces) == text``."""
-
-    @classmethod
-    def build(cls, texts: Iterable[str], *, vocab_size: int | None = None, min_freq: int = 1) -> _VocabTokenizer:
-        """Vocabulary of the pieces of ``texts`` seen at least ``min_freq`` times.
-
-        ``vocab_size`` caps the vocabulary (specials included) at the most frequent pieces;
-        ties are broken by the piece's text, so the result does not depend on the texts' order.
-        """
-        tokens = cls._ranked(texts, vocab_size, min_freq)
-        if vocab_size is not None:
-            tokens = tokens[: vocab_size - len(SPECIAL_TOKENS)]
-        return cls([*SPECIAL_TOKENS, *tokens])
-
-    @classmethod
-    def _ranked(cls, texts: Iterable[str], vocab_size: int | None, min_freq: int) -> list[str]:
-        """Pieces seen at least ``min_freq`` times, most frequent first (ties: by text)."""
-        texts = _check_corpus(texts, cls.__name__)
-        _check_build_args(cls.__name__, vocab_size, min_freq, minimum=len(SPECIAL_TOKENS) + 1)
-        counts: Counter[str] = Counter()
-        for text in texts:
-            counts.update(cls.split(text))
-        for special in SPECIAL_TOKENS:
-            counts.pop(special, None)
-        ranked = sorted((kv for kv in counts.items() if kv[1] >= min_freq), key=lambda kv: (-kv[1], kv[0]))
-        return [t for t, _ in ranked]
-
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        text = self._check_text(text, f"{type(self).__name__}.encode")
-        return self._wrap(self._encode_pieces(self.split(text)), add_bos, add_eos)
-
-    def _encode_pieces(self, pieces: list[str]) -> list[int]:
-        return [self._stoi.get(p, UNK_ID) for p in pieces]
-
-    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
-        out = []
-        for i in self._ids_list(ids, f"{type(self).__name__}.decode"):
-            if skip_special and i in (PAD_ID, BOS_ID, EOS_ID):
-                continue
-            out.append(self._itos[i])
-        return "".join(out)
-
-    def tokens(self, text: str) -> list[str]:
-        """The vocabulary entries ``text`` encodes to (``"<unk>"`` for unknown pieces)."""
-        return [self._itos[i] for i in self.encode(text)]
-
+    # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        return {"format": TOKENIZER_FORMAT, "version": TOKENIZER_VERSION, "kind": self.kind, "vocab": list(self._itos)}
-
-    @classmethod
-    def _from_dict(cls, d: dict[str, Any]) -> _VocabTokenizer:
-        vocab = d.get("vocab")
-        if not isinstance(vocab, list):
-            raise ValueError(
-                f"tokenizer_from_dict: a {cls.kind!r} tokenizer needs 'vocab' (a list of strings), "
-                f"got {type(vocab).__name__}"
-            )
-        return cls(vocab)
-
-
-class CharTokenizer(_VocabTokenizer):
-    """One token per Unicode code point (no normalisation, so ``"é"`` and ``"e\\u0301"`` differ).
-
-    Round trip: ``decode(encode(text)) == text`` exactly when every character of ``text`` is in the
-    vocabulary (accents, punctuation, emoji, newlines included); an unknown character decodes to
-    ``"<unk>"``. An emoji made of several code points (``"👍🏽"``, flags, ZWJ sequences) is several
-    tokens.
-    """
-
-    kind = "char"
-
-    def _check_entries(self, tokens: list[str]) -> None:
-        long = [t for t in tokens if len(t) != 1]
-        if long:
-            raise ValueError(f"CharTokenizer: vocab entries must be single characters, got {long[:5]!r}")
-
-    @classmethod
-    def split(cls, text: str) -> list[str]:
-        return list(text)
-
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        text = self._check_text(text, "CharTokenizer.encode")
-        stoi = self._stoi
-        return self._wrap([stoi.get(c, UNK_ID) for c in text], add_bos, add_eos)
-
-
-class WordLevelTokenizer(_VocabTokenizer):
-    """Words and punctuation marks, case and spacing kept (GPT-2's split without bytes or merges).
-
-    A piece is a word (``\\w+`` with inner apostrophes: ``"don't"``, ``"café"``, ``"42"``) or one
-    punctuation/symbol character (``","``, ``"😀"``), each with at most one leading space, or a
-    run of other whitespace (``"\\n"``, a second space): ``"Hi, you!\\n"`` ->
-    ``["Hi", ",", " you", "!", "\\n"]``. So ``"The"``, ``"the"`` and ``" the"`` are different
-    tokens.
-
-    Round trip: ``decode(encode(text)) == text`` exactly when every piece of ``text`` is in the
-    vocabulary. An unknown piece with a leading space encodes as ``" "`` (always in the vocabulary)
-    then the bare piece (or ``<unk>``), so unknown words decode as ``"<unk>"`` with their spacing.
-    """
-
-    kind = "word"
-
-    def _check_entries(self, tokens: list[str]) -> None:
-        if " " not in tokens:
-            raise ValueError("WordLevelTokenizer: the vocabulary must contain the single space ' '")
-
-    @classmethod
-    def split(cls, text: str) -> list[str]:
-        return _PIECE_RE.findall(text)
-
-    @classmethod
-    def build(cls, texts: Iterable[str], *, vocab_size: int | None = None, min_freq: int = 1) -> WordLevelTokenizer:
-        # " " is always in the vocabulary: an unknown " word" falls back to " " + "word"/<unk>.
-        tokens = [" ", *(t for t in cls._ranked(texts, vocab_size, min_freq) if t != " ")]
-        if vocab_size is not None:
-            tokens = tokens[: vocab_size - len(SPECIAL_TOKENS)]
-        return cls([*SPECIAL_TOKENS, *tokens])
-
-    def _encode_pieces(self, pieces: list[str]) -> list[int]:
-        stoi = self._stoi
-        out = []
-        for p in pieces:
-            i = stoi.get(p)
-            if i is not None:
-                out.append(i)
-            elif len(p) > 1 and p[0] == " " and not p[1].isspace():
-                out.append(stoi[" "])
-                out.append(stoi.get(p[1:], UNK_ID))
-            else:
-                out.append(UNK_ID)
-        return out
-
-
-class BPETokenizer(Tokenizer):
-    """Byte-level BPE (as GPT-2) trained on the user's corpus with Hugging Face ``tokenizers``.
-
-    The text is split by GPT-2's pattern, turned into UTF-8 bytes (each byte a symbol, so no text is
-    ever unknown) and merged by the learned merges. Round trip: ``decode(encode(text)) == text``
-    for *any* text (case, spacing, accents, emoji); ``<unk>`` never occurs. Special-token strings
-    typed in the text (``"<bos>"``) are encoded as plain text, never as the special ids. A single
-    token may hold part of a multi-byte character: decode whole sequences (or use
-    :class:`StreamDecoder`), not token by token.
-
-    ``vocab_size`` counts the 4 special tokens and the 256 byte symbols, so it is at least 260.
-    """
-
-    kind = "bpe"
-    MIN_VOCAB = len(SPECIAL_TOKENS) + 256
-
-    def __init__(self, hf_tokenizer: Any) -> None:
-        for i, tok in enumerate(SPECIAL_TOKENS):
-            if hf_tokenizer.token_to_id(tok) != i:
-                raise ValueError(
-                    f"BPETokenizer: the tokenizer must have {tok!r} at id {i}, "
-                    f"found id {hf_tokenizer.token_to_id(tok)!r}"
-                )
-        hf_tokenizer.encode_special_tokens = True  # "<bos>" typed in a text is text (not saved by to_str)
-        self._hf = hf_tokenizer
-
-    @classmethod
-    def train(cls, texts: Iterable[str], *, vocab_size: int = 1000, min_freq: int = 2) -> BPETokenizer:
-        """Learn merges on ``texts`` until ``vocab_size`` tokens (or no pair is seen ``min_freq`` times)."""
-        from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, pre_tokenizers, trainers
-
-        texts = _check_corpus(texts, "BPETokenizer")
-        _check_build_args("BPETokenizer", vocab_size, min_freq, minimum=cls.MIN_VOCAB, why=" (4 specials + 256 bytes)")
-        hf = HFTokenizer(models.BPE(unk_token=UNK))
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        hf.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            min_frequency=min_freq,
-            special_tokens=list(SPECIAL_TOKENS),
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-        hf.train_from_iterator(texts, trainer=trainer)
-        return cls(hf)
-
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        text = self._check_text(text, "BPETokenizer.encode")
-        return self._wrap(self._hf.encode(text, add_special_tokens=False).ids, add_bos, add_eos)
-
-    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
-        ids = self._ids_list(ids, "BPETokenizer.decode")
-        out: list[str] = []
-        run: list[int] = []
-        for i in ids:
-            if i < len(SPECIAL_TOKENS):
-                if run:
-                    out.append(self._hf.decode(run, skip_special_tokens=False))
-                    run = []
-                if not skip_special or i == UNK_ID:
-                    out.append(SPECIAL_TOKENS[i])
-            else:
-                run.append(i)
-        if run:
-            out.append(self._hf.decode(run, skip_special_tokens=False))
-        return "".join(out)
-
-    def tokens(self, text: str) -> list[str]:
-        """The byte-level token strings of ``text`` (GPT-2's ``"Ġ"`` marks a space)."""
-        return self._hf.encode(self._check_text(text, "BPETokenizer.tokens"), add_special_tokens=False).tokens
-
-    @property
-    def vocab_size(self) -> int:
-        return self._hf.get_vocab_size()
-
-    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable description (stored in checkpoints); :func:`tokenizer_from_dict` reads it."""
         return {
-            "format": TOKENIZER_FORMAT,
-            "version": TOKENIZER_VERSION,
+            "format": FORMAT,
+            "version": VERSION,
             "kind": self.kind,
-            "hf_tokenizer": json.loads(self._hf.to_str()),
+            "tokenizer": self.backend.to_str(),
+            "special_tokens": dict(self.special_tokens),
         }
 
-    @classmethod
-    def _from_dict(cls, d: dict[str, Any]) -> BPETokenizer:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        spec = d.get("hf_tokenizer")
-        if not isinstance(spec, dict):
-            raise ValueError(
-                "tokenizer_from_dict: a 'bpe' tokenizer needs 'hf_tokenizer' (the Hugging Face tokenizer as a "
-                f"JSON object), got {type(spec).__name__}"
-            )
-        try:
-            hf = HFTokenizer.from_str(json.dumps(spec))
-        except Exception as err:  # tokenizers raises a bare Exception for malformed JSON specs
-            raise ValueError(f"tokenizer_from_dict: 'hf_tokenizer' is not a valid tokenizers spec: {err}") from err
-        return cls(hf)
+    def save(self, folder: str | Path) -> None:
+        """Write ``tokenizer.json`` and ``tokenizer_config.json`` (kind and special tokens) to ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(folder / "tokenizer.json"))
+        options = {f"{role}_token": token for role, token in self.special_tokens.items()}
+        options["attnkit_kind"] = self.kind
+        (folder / "tokenizer_config.json").write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
 
 
 class StreamDecoder:
@@ -566,10 +332,11 @@ class StreamDecoder:
         self.skip_special = skip_special
         self.ids: list[int] = []
         self._emitted = 0
+        self._whole = tokenizer.kind in ("char", "word")  # one token is always whole text
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))
-        if isinstance(self.tokenizer, _VocabTokenizer):  # one token is always whole text
+        if self._whole:
             text = self.tokenizer.decode(self.ids[-1:], skip_special=self.skip_special)
             self._emitted += len(text)
             return text
@@ -581,7 +348,7 @@ class StreamDecoder:
         return new
 
     def flush(self) -> str:
-        if isinstance(self.tokenizer, _VocabTokenizer):
+        if self._whole:
             return ""
         text = self.tokenizer.decode(self.ids, skip_special=self.skip_special)
         new = text[self._emitted :]
@@ -589,61 +356,135 @@ class StreamDecoder:
         return new
 
 
-_KINDS: dict[str, type[Tokenizer]] = {"char": CharTokenizer, "word": WordLevelTokenizer, "bpe": BPETokenizer}
-
-
+# ====================================================================== building
 def build_tokenizer(
     kind: TokenizerKind, texts: Iterable[str], *, vocab_size: int | None = None, min_freq: int = 1
 ) -> Tokenizer:
-    """Build a ``"char"``, ``"word"`` or ``"bpe"`` tokenizer on ``texts`` (the training split).
+    """Build a ``"char"``, ``"word"``, ``"bpe"`` or ``"text"`` tokenizer on ``texts`` (the training split).
 
     ``vocab_size`` caps the vocabulary, specials included (``None``: every piece seen ``min_freq``
-    times for char/word; 1000 for BPE, which needs at least 260). ``min_freq``: pieces (BPE: pairs
-    to merge) seen fewer times are left out.
+    times for char/word/text; 1000 for BPE, which needs at least 260). ``min_freq``: pieces (BPE:
+    pairs to merge) seen fewer times are left out. Pieces are ranked by decreasing count, ties by
+    their text, so the result does not depend on the texts' order. ``texts`` may be any iterable
+    (a generator streaming a large corpus): it is read once.
     """
-    if kind not in _KINDS:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {sorted(_KINDS)}")
-    if kind == "bpe":
-        return BPETokenizer.train(texts, vocab_size=1000 if vocab_size is None else vocab_size, min_freq=min_freq)
-    cls = _KINDS[kind]
-    assert issubclass(cls, _VocabTokenizer)
-    return cls.build(texts, vocab_size=vocab_size, min_freq=min_freq)
+    if kind not in KINDS[:4]:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(KINDS[:4])}")
+    specials = TEXT_SPECIAL_TOKENS if kind == "text" else SPECIAL_TOKENS
+    minimum = len(SPECIAL_TOKENS) + 256 if kind == "bpe" else len(specials) + 1
+    if kind == "bpe" and vocab_size is None:
+        vocab_size = 1000
+    bad_size = isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum
+    if vocab_size is not None and bad_size:
+        why = " (4 specials + 256 bytes)" if kind == "bpe" else ""
+        raise ValueError(
+            f"build_tokenizer({kind!r}): vocab_size must be None or an int >= {minimum}{why}, got {vocab_size!r}"
+        )
+    if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+        raise ValueError(f"build_tokenizer({kind!r}): min_freq must be an int >= 1, got {min_freq!r}")
+    texts = _CheckedTexts(texts, kind)
+    if kind == "char":
+        counts: Counter[str] = Counter()
+        for text in texts:
+            counts.update(text)
+        ranked = sorted((kv for kv in counts.items() if kv[1] >= min_freq), key=lambda kv: (-kv[1], kv[0]))
+        tokens = [t for t, _ in ranked]
+    else:
+        hf = _pipeline(kind, models.BPE(unk_token=UNK) if kind == "bpe" else models.WordLevel(unk_token=UNK))
+        if kind == "bpe":
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size,
+                min_frequency=min_freq,
+                special_tokens=list(SPECIAL_TOKENS),
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                show_progress=False,
+            )
+            hf.train_from_iterator(texts, trainer=trainer)
+            _check_not_empty(texts.seen, kind)
+            return Tokenizer(hf, "bpe", _GENERATION_SPECIALS)
+        trainer = trainers.WordLevelTrainer(min_frequency=min_freq, special_tokens=[], show_progress=False)
+        hf.train_from_iterator(texts, trainer=trainer)
+        learned = sorted(hf.get_vocab().items(), key=lambda kv: kv[1])
+        tokens = [t for t, _ in learned if t not in specials]
+    _check_not_empty(texts.seen, kind)
+    if kind == "word":  # " " is always in the vocabulary (right after the specials)
+        tokens = [" ", *(t for t in tokens if t != " ")]
+    if vocab_size is not None:
+        tokens = tokens[: vocab_size - len(specials)]
+    return _from_vocab(kind, [*specials, *tokens], specials)
 
 
+class _CheckedTexts:
+    """Iterates ``texts`` once, checking that each is a str; ``seen`` says whether any was non-empty."""
+
+    def __init__(self, texts: Iterable[str], kind: str) -> None:
+        if isinstance(texts, str):
+            raise TypeError(f"build_tokenizer({kind!r}): expected an iterable of texts, got a single str")
+        self.texts, self.kind, self.seen = texts, kind, False
+
+    def __iter__(self):
+        for i, text in enumerate(self.texts):
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"build_tokenizer({self.kind!r}): every text must be a str; item {i} is a {type(text).__name__}"
+                )
+            self.seen = self.seen or bool(text.strip())
+            yield text
+
+
+def _check_not_empty(ok: bool, kind: str) -> None:
+    if not ok:
+        raise ValueError(f"build_tokenizer({kind!r}): the corpus is empty; nothing to build a vocabulary from")
+
+
+# ====================================================================== reading back
 def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from :meth:`Tokenizer.to_dict`; a clear error for anything else."""
+    """Rebuild a tokenizer from :meth:`Tokenizer.to_dict`, converting the formats of attnkit 0.1
+    (``attnkit.tokenizer`` v1 char/word/bpe, ``attnkit.word_tokenizer``, ``attnkit.pretrained_tokenizer``)
+    to the same ids; a clear error for anything else."""
     if not isinstance(d, dict):
         raise TypeError(f"tokenizer_from_dict expects a dict (from Tokenizer.to_dict()), got {type(d).__name__}")
-    if d.get("format") != TOKENIZER_FORMAT:
-        is_classify = d.get("format") == WordTokenizer.FORMAT
-        hint = " (that is a classification WordTokenizer: use WordTokenizer.from_dict)" if is_classify else ""
-        raise ValueError(f"tokenizer_from_dict: 'format' must be {TOKENIZER_FORMAT!r}, got {d.get('format')!r}{hint}")
-    if d.get("version") != TOKENIZER_VERSION:
+    fmt, version = d.get("format"), d.get("version")
+    if fmt == "attnkit.word_tokenizer" and version == 1:
+        return _from_vocab("text", _vocab_of(d), TEXT_SPECIAL_TOKENS)
+    if fmt == "attnkit.pretrained_tokenizer" and version == 1:
+        return Tokenizer(_backend(d.get("tokenizer")), "pretrained", d.get("special_tokens") or {})
+    if fmt == FORMAT and version == 1:
+        kind = d.get("kind")
+        if kind in ("char", "word"):
+            return _from_vocab(kind, _vocab_of(d), SPECIAL_TOKENS)
+        if kind == "bpe":
+            spec = d.get("hf_tokenizer")
+            return Tokenizer(
+                _backend(json.dumps(spec) if isinstance(spec, dict) else spec), "bpe", _GENERATION_SPECIALS
+            )
+        raise ValueError(f"tokenizer_from_dict: unknown kind {kind!r}; expected one of ['bpe', 'char', 'word']")
+    if fmt != FORMAT:
         raise ValueError(
-            f"tokenizer_from_dict: unsupported version {d.get('version')!r} (supported: {TOKENIZER_VERSION}); "
+            f"tokenizer_from_dict: 'format' must be {FORMAT!r}, got {fmt!r}; this is not a tokenizer saved by attnkit"
+        )
+    if version != VERSION:
+        raise ValueError(
+            f"tokenizer_from_dict: unsupported version {version!r} (supported: 1 and {VERSION}); "
             "it was written by a newer attnkit"
         )
     kind = d.get("kind")
-    if kind not in _KINDS:
-        raise ValueError(f"tokenizer_from_dict: unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
-    return _KINDS[kind]._from_dict(d)  # type: ignore[attr-defined]
+    if kind not in KINDS:
+        raise ValueError(f"tokenizer_from_dict: unknown kind {kind!r}; expected one of {list(KINDS)}")
+    return Tokenizer(_backend(d.get("tokenizer")), kind, d.get("special_tokens") or {})
 
 
-def _check_corpus(texts: Iterable[str], name: str) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError(f"{name}: expected an iterable of texts, got a single str")
-    texts = list(texts)
-    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad:
-        raise TypeError(f"{name}: every text must be a str; item {bad[0]} is a {type(texts[bad[0]]).__name__}")
-    if not any(texts):
-        raise ValueError(f"{name}: the corpus is empty; nothing to build a vocabulary from")
-    return texts
+def _vocab_of(d: dict[str, Any]) -> list[str]:
+    vocab = d.get("vocab")
+    if not isinstance(vocab, list):
+        raise ValueError(f"tokenizer_from_dict: 'vocab' must be a list of strings, got {type(vocab).__name__}")
+    return vocab
 
 
-def _check_build_args(name: str, vocab_size: int | None, min_freq: int, *, minimum: int, why: str = "") -> None:
-    bad_size = isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum
-    if vocab_size is not None and bad_size:
-        raise ValueError(f"{name}: vocab_size must be None or an int >= {minimum}{why}, got {vocab_size!r}")
-    if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-        raise ValueError(f"{name}: min_freq must be an int >= 1, got {min_freq!r}")
+def _backend(spec: Any) -> HFTokenizer:
+    if not isinstance(spec, str):
+        raise ValueError(f"tokenizer_from_dict: 'tokenizer' must be the tokenizer.json text, got {type(spec).__name__}")
+    try:
+        return HFTokenizer.from_str(spec)
+    except Exception as err:  # the tokenizers library raises a bare Exception for malformed specs
+        raise ValueError(f"tokenizer_from_dict: the stored tokenizer cannot be read: {err}") from None

@@ -20,7 +20,7 @@ from safetensors.torch import save_model as _save_safetensors_model
 from torch import nn
 
 from attnkit.config import validate_config
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
+from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import MODELS, build_model
 from attnkit.version import __version__
@@ -45,7 +45,7 @@ def save_model(
     model: nn.Module,
     folder: str | Path,
     *,
-    tokenizer: PretrainedTokenizer | None = None,
+    tokenizer: Tokenizer | None = None,
     task: str | None = None,
     artifacts: dict[str, Any] | None = None,
     source: str | None = None,

@@ -15,24 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from safetensors.torch import save_file
-from tokenizers import Regex, decoders, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers.models import WordLevel
+from tokenizers import processors
 from torch import nn
 
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.tokenizers import (
-    _PIECE_RE,
-    BOS,
-    BOS_ID,
-    EOS,
-    PAD,
-    UNK,
-    BPETokenizer,
-    CharTokenizer,
-    Tokenizer,
-    WordLevelTokenizer,
-)
+from attnkit.data.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop.gpt2 import gpt2_problems, gpt2_rules, hf_gpt2_config
 from attnkit.interop.llama import hf_llama_config, llama_family, llama_problems, llama_rules
@@ -46,9 +33,10 @@ _PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen
 
 
 def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None) -> str:
-    """Write ``model`` (a :class:`LanguageModel`) and ``tokenizer`` (a :class:`PretrainedTokenizer`
-    or an attnkit generation tokenizer, optional) to ``folder`` as a Hugging Face checkpoint;
-    returns the ``model_type`` written. Weights are float32; tied weights are stored once."""
+    """Write ``model`` (a :class:`LanguageModel`) and ``tokenizer`` (an attnkit
+    :class:`~attnkit.data.tokenizers.Tokenizer` of kind pretrained, char, word or bpe; optional) to
+    ``folder`` as a Hugging Face checkpoint; returns the ``model_type`` written. Weights are
+    float32; tied weights are stored once."""
     if not isinstance(model, LanguageModel):
         raise ConfigError(
             f"only language models (lm runs, imported GPT-2 / Llama-family models) export as Hugging Face "
@@ -88,31 +76,24 @@ def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None
     return model_type
 
 
-def hf_tokenizer(tokenizer: Any) -> PretrainedTokenizer:
-    """``tokenizer`` as a :class:`PretrainedTokenizer` (a ``tokenizers`` pipeline that Hugging Face
-    loads from ``tokenizer.json``).
+def hf_tokenizer(tokenizer: Any) -> Tokenizer:
+    """``tokenizer`` as a ``"pretrained"`` :class:`~attnkit.data.tokenizers.Tokenizer` whose
+    ``tokenizer.json`` Hugging Face loads and runs as attnkit does.
 
-    An attnkit generation tokenizer becomes the same pipeline with its special tokens, adding
-    ``<bos>`` before every text as attnkit's lm task does: a :class:`BPETokenizer` exactly; a
-    :class:`CharTokenizer` / :class:`WordLevelTokenizer` as a ``WordLevel`` model on the same pieces
-    (an unknown piece is one ``<unk>``; attnkit's word tokenizer keeps the space of an unknown
-    word as its own token, so texts with unknown words may encode differently).
+    A pretrained model's tokenizer is written as it is. A generation tokenizer (``char``, ``word``,
+    ``bpe``: already a ``tokenizers`` pipeline) gets a post-processor adding ``<bos>`` before every
+    text, as attnkit's lm task does; its ids are the same. A classification (``text``) tokenizer is
+    not for language models and is an error.
     """
-    if isinstance(tokenizer, PretrainedTokenizer):
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"expected an attnkit Tokenizer, got {type(tokenizer).__name__}")
+    if tokenizer.kind == "pretrained":
         return tokenizer
-    if isinstance(tokenizer, BPETokenizer):
-        hf = HFTokenizer.from_str(json.dumps(tokenizer.to_dict()["hf_tokenizer"]))
-    elif isinstance(tokenizer, CharTokenizer | WordLevelTokenizer):
-        vocab = tokenizer.to_dict()["vocab"]
-        hf = HFTokenizer(WordLevel({token: i for i, token in enumerate(vocab)}, unk_token=UNK))
-        pattern = r"[\s\S]" if isinstance(tokenizer, CharTokenizer) else _PIECE_RE.pattern
-        hf.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
-        hf.decoder = decoders.Fuse()
-        # <unk> stays an ordinary vocabulary entry: decoding shows it, as attnkit's tokenizers do.
-        hf.add_special_tokens([PAD, BOS, EOS])
-    elif isinstance(tokenizer, Tokenizer):
-        raise ConfigError(f"a {type(tokenizer).__name__} cannot be written as a Hugging Face tokenizer.json")
-    else:
-        raise TypeError(f"expected a tokenizer, got {type(tokenizer).__name__}")
+    if tokenizer.kind not in ("char", "word", "bpe"):
+        raise ConfigError(
+            f"a {tokenizer.kind!r} tokenizer cannot be written as a language model's Hugging Face tokenizer.json "
+            "(only char, word, bpe and pretrained ones)"
+        )
+    hf = HFTokenizer.from_str(tokenizer.backend.to_str())
     hf.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, BOS_ID)])
-    return PretrainedTokenizer(hf, {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK})
+    return Tokenizer(hf, "pretrained", {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK})

@@ -12,8 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.pretrained_tokenizer import PretrainedTokenizer
-from attnkit.data.text import pad_sequences, text_tokenizer_from_dict
+from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.data.text import pad_sequences
+from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
 from attnkit.interop.export import INFO_FILE, load_model, read_model_info, save_model
@@ -174,7 +175,11 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
     """Load the model folder ``path`` (see :func:`load_pretrained`) and write it to ``out`` as an
     attnkit model folder (:func:`save_model`), which :func:`load_pretrained` loads bit-exactly."""
     pretrained = load_pretrained(path)
-    tokenizer = pretrained.tokenizer if isinstance(pretrained.tokenizer, PretrainedTokenizer) else None
+    tokenizer = (
+        pretrained.tokenizer
+        if isinstance(pretrained.tokenizer, Tokenizer) and pretrained.tokenizer.kind == "pretrained"
+        else None
+    )
     info = pretrained.info if (pretrained.source / INFO_FILE).is_file() else {}
     save_model(
         pretrained.model,
@@ -254,15 +259,15 @@ def _hf_config(folder: Path) -> dict[str, Any]:
     return hf
 
 
-def _hf_tokenizer(folder: Path) -> PretrainedTokenizer | None:
+def _hf_tokenizer(folder: Path) -> Tokenizer | None:
     try:
-        return PretrainedTokenizer.from_folder(folder)
+        return tokenizer_from_folder(folder)
     except FileNotFoundError:
         return None
 
 
 def _attnkit_tokenizer(folder: Path, info: dict[str, Any]) -> Any:
     if (folder / "tokenizer.json").is_file():
-        return PretrainedTokenizer.from_folder(folder)
+        return tokenizer_from_folder(folder)
     stored = (info.get("artifacts") or {}).get("tokenizer")
-    return text_tokenizer_from_dict(stored) if stored is not None else None
+    return tokenizer_from_dict(stored) if stored is not None else None

@@ -133,7 +133,7 @@ class LanguageModelTask(Task[LMConfig]):
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
         if cfg.model.init:  # the base model's tokenizer
             return LanguageModelDataModule.from_artifacts(cfg.data, load_lm_base(cfg.model.init)[1], **kw)
-        return LanguageModelDataModule(cfg.data, **kw)
+        return LanguageModelDataModule(cfg.data, progress=cfg.trainer.progress_bar, **kw)
 
     def model_spec(self, cfg: LMConfig, datamodule: Any) -> ModelSpec:
         if cfg.model.init:

@@ -1,0 +1,219 @@
+"""Benchmark: `attnkit train lm` data setup at 5 MB, 50 MB, 500 MB (and 1 GB) of text: peak RSS, time.
+
+Run::
+
+    .venv/bin/python benchmarks/data_scale.py                    # 5, 50, 500 MB (+ 1000 MB with --gb)
+    .venv/bin/python benchmarks/data_scale.py --sizes 5 --rounds 2   # quick
+    .venv/bin/python benchmarks/data_scale.py --json out.json
+
+The corpus is generated: documents of the built-in grammar (``generate_grammar_corpus``, 20 000 of
+them) drawn at random with a seed and separated by blank lines until the size is reached. Each
+measurement runs in a fresh Python process (``resource.getrusage`` gives its own peak RSS) that does
+what ``attnkit train lm --data FILE`` does before training: build the config, the data module
+(``prepare_data`` + ``setup``: the token cache), the model, and one training step on the first
+batch. **cold**: a new cache folder (the corpus is read, split, the tokenizer built on the training
+documents and every document tokenized into the cache); **warm**: the same corpus and config again
+(the cache is reused); warm runs are repeated ``--rounds`` times (median). Imports are timed apart.
+
+Tokenization throughput (``tok MB/s``): the cache's encoder (:func:`attnkit.data.lm._fast_encoder`:
+vectorised for char, Hugging Face ``encode_batch`` otherwise) on 5 MB of documents, median of
+``--rounds``, side by side in the same process with the reference **0.1 way**: one
+``tokenizer.encode`` per document into Python lists of ints (what ``attnkit`` 0.1 did); the paired
+ratio is the median over rounds of ``time_reference / time_cache``.
+
+Checks (exit status 1 when one fails): peak RSS of every setup <= 1.2 GB; warm setup to the first
+training step <= 3 s; tokenization >= 20 MB/s for char and BPE. The machine is shared: the load
+average is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RSS_LIMIT_GB = 1.2
+WARM_LIMIT_S = 3.0
+TOKENIZE_MIN_MBS = 20.0
+
+CHILD = r"""
+import json, os, resource, sys, time
+t0 = time.perf_counter()
+import torch
+from attnkit.api import build_config
+from attnkit.tasks import get_task
+t_import = time.perf_counter() - t0
+torch.set_num_threads(1)
+path, cache, tokenizer = sys.argv[1], sys.argv[2], sys.argv[3]
+t1 = time.perf_counter()
+cfg = build_config("lm", overrides={"data": {"source": path, "cache_dir": cache, "tokenizer": tokenizer},
+                                    "trainer": {"progress_bar": False, "threads": 1}})
+task = get_task("lm")
+dm = task.build_datamodule(cfg)
+dm.prepare_data()
+t_prepare = time.perf_counter() - t1
+dm.setup("fit")
+spec = task.model_spec(cfg, dm)
+from attnkit.models import build_model
+model = build_model(spec.name, spec.config)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+inputs, targets = next(iter(dm.train_dataloader()))
+logits = model(inputs)
+loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+loss.backward(); opt.step()
+t_setup = time.perf_counter() - t1
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"import_s": t_import, "prepare_s": t_prepare, "setup_s": t_setup, "rss": rss}))
+"""
+
+
+def make_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
+    """Write about ``megabytes`` MB of grammar documents separated by blank lines; returns the bytes."""
+    from attnkit.data.generators.grammar import generate_grammar_corpus
+
+    pool = [d.encode() for d in generate_grammar_corpus(20000, seed=seed)]
+    rng = random.Random(seed)
+    target, written = int(megabytes * 1e6), 0
+    with path.open("wb") as f:
+        while written < target:
+            chunk = b"\n\n".join(rng.choices(pool, k=5000)) + b"\n\n"
+            f.write(chunk)
+            written += len(chunk)
+    return written
+
+
+def run_child(path: Path, cache: Path, tokenizer: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(cache), tokenizer], capture_output=True, text=True, env=env
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tokenize_rates(workdir: Path, rounds: int) -> dict:
+    """MB/s of the cache encoder vs one encode per document into lists of ints (attnkit 0.1)."""
+    from attnkit.data.generators.grammar import generate_grammar_corpus
+    from attnkit.data.lm import _fast_encoder
+    from attnkit.data.tokenizers import build_tokenizer
+
+    pool = generate_grammar_corpus(20000, seed=1)
+    rng = random.Random(1)
+    docs: list[str] = []
+    size = 0
+    while size < 5e6:
+        docs.extend(rng.choices(pool, k=5000))
+        size = sum(map(len, docs))
+    mb = sum(len(d.encode()) for d in docs) / 1e6
+    out = {}
+    for kind in ("char", "bpe"):
+        tok = build_tokenizer(kind, pool)
+        encode = _fast_encoder(tok)
+        ours, ref, ratios = [], [], []
+        for r in range(rounds):
+            order = ("cache", "ref") if r % 2 == 0 else ("ref", "cache")
+            times = {}
+            for which in order:
+                t = time.perf_counter()
+                if which == "cache":
+                    encode(docs)
+                else:
+                    [tok.encode(d, add_bos=True, add_eos=True) for d in docs]
+                times[which] = time.perf_counter() - t
+            ours.append(times["cache"])
+            ref.append(times["ref"])
+            ratios.append(times["ref"] / times["cache"])
+        out[kind] = {
+            "mb": mb,
+            "cache_mbs": mb / statistics.median(ours),
+            "reference_mbs": mb / statistics.median(ref),
+            "speedup": statistics.median(ratios),
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[5, 50, 500], help="corpus sizes in MB")
+    parser.add_argument("--gb", action="store_true", help="also 1000 MB when the disk has room")
+    parser.add_argument("--rounds", type=int, default=6, help="warm runs per size and tokenization rounds")
+    parser.add_argument("--tokenizer", default="char", choices=["char", "word", "bpe"])
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where the corpora and caches go (default: a temp dir)"
+    )
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    sizes = list(args.sizes)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="attnkit-data-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.gb:
+        free = shutil.disk_usage(workdir).free
+        if free > 6e9:  # corpus + text copy + uint16 tokens
+            sizes.append(1000)
+        else:
+            print(f"1000 MB skipped: {free / 1e9:.1f} GB free in {workdir}")
+    print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; tokenizer: {args.tokenizer}")
+    rows, failures = [], []
+    try:
+        for mb in sizes:
+            corpus = workdir / f"corpus_{mb:g}MB.txt"
+            nbytes = make_corpus(corpus, mb)
+            cache = workdir / f"cache_{mb:g}"
+            shutil.rmtree(cache, ignore_errors=True)
+            cold = run_child(corpus, cache, args.tokenizer)
+            warm = [run_child(corpus, cache, args.tokenizer) for _ in range(args.rounds)]
+            row = {
+                "mb": nbytes / 1e6,
+                "cold_setup_s": cold["setup_s"],
+                "cold_build_mbs": nbytes / 1e6 / cold["prepare_s"],
+                "cold_rss_gb": cold["rss"] / 1e9,
+                "warm_setup_s": statistics.median(w["setup_s"] for w in warm),
+                "warm_rss_gb": max(w["rss"] for w in warm) / 1e9,
+                "import_s": statistics.median(w["import_s"] for w in warm),
+                "load": os.getloadavg()[0],
+            }
+            rows.append(row)
+            print(
+                f"{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, "
+                f"build {row['cold_build_mbs']:5.1f} MB/s, peak RSS {row['cold_rss_gb']:.2f} GB | "
+                f"warm: setup {row['warm_setup_s']:.2f} s (median of {args.rounds}), "
+                f"peak RSS {row['warm_rss_gb']:.2f} GB | imports {row['import_s']:.1f} s | load {row['load']:.1f}"
+            )
+            if max(row["cold_rss_gb"], row["warm_rss_gb"]) > RSS_LIMIT_GB:
+                failures.append(f"{mb:g} MB: peak RSS above {RSS_LIMIT_GB} GB")
+            if row["warm_setup_s"] > WARM_LIMIT_S:
+                failures.append(f"{mb:g} MB: warm setup {row['warm_setup_s']:.2f} s > {WARM_LIMIT_S} s")
+            corpus.unlink()
+            shutil.rmtree(cache, ignore_errors=True)
+        rates = tokenize_rates(workdir, args.rounds)
+        for kind, r in rates.items():
+            print(
+                f"tokenize {kind:4s}: cache encoder {r['cache_mbs']:6.1f} MB/s, 0.1 way (encode per document into "
+                f"lists) {r['reference_mbs']:5.1f} MB/s, paired speed-up x{r['speedup']:.1f} "
+                f"(median of {args.rounds} rounds on {r['mb']:.0f} MB)"
+            )
+            if r["cache_mbs"] < TOKENIZE_MIN_MBS:
+                failures.append(f"tokenize {kind}: {r['cache_mbs']:.1f} MB/s < {TOKENIZE_MIN_MBS} MB/s")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"load average at end: {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(json.dumps({"sizes": rows, "tokenize": rates}, indent=2))
+    for failure in failures:
+        print(f"CHECK FAILED: {failure}")
+    print("all checks passed" if not failures else f"{len(failures)} check(s) failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

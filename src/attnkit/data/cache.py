@@ -1,0 +1,214 @@
+"""The token cache: a task's tokenized data on disk, memory-mapped, built once and reused.
+
+A cache entry is a folder ``<root>/<task>/<key>/`` holding, per split, ``<split>.tokens`` (the
+token ids, ``uint16`` when the vocabulary fits, else ``uint32``, read with ``np.memmap``) and
+``<split>.offsets.npy`` (``int64``, where each example/document starts; one more entry for the
+end), plus ``manifest.json``. ``root`` is ``data.cache_dir``, else ``$ATTNKIT_CACHE``, else
+``~/.cache/attnkit``. The ``key`` hashes the source files' contents, the tokenizer (or the options
+it is built with) and the data config: a change of any of them gives a new entry.
+
+Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
+last; the manifest lists every file's size and a hash of 64 blocks spread over it (the whole file
+when small). An entry whose files are missing, of another size or with another hash is rebuilt,
+never used (a warning says so). Two processes that build the same entry at once both finish; the
+first rename wins. Under DDP, Lightning calls ``prepare_data`` (which builds) on one process per
+node before the others ``setup`` (which only opens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnkit.io import write_json_atomic, write_text_atomic
+
+__all__ = [
+    "CACHE_ENV",
+    "MANIFEST",
+    "CacheWriter",
+    "TokenCache",
+    "cache_root",
+    "content_digest",
+    "entry_key",
+    "open_or_build",
+    "token_dtype",
+]
+
+CACHE_ENV = "ATTNKIT_CACHE"
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+_SAMPLE_BLOCKS, _BLOCK = 64, 1 << 16
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_dir``, else ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "attnkit"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """``uint16`` when every id fits, else ``uint32``."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def content_digest(path: str | os.PathLike[str], root: Path) -> str:
+    """BLAKE2b of a file's bytes. Remembered under ``root/sources/`` by (path, size, mtime), so a
+    second run does not read an unchanged file again."""
+    path = Path(path).resolve()
+    st = path.stat()
+    memo_key = hashlib.blake2b(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode(), digest_size=16).hexdigest()
+    memo = root / "sources" / memo_key
+    if memo.is_file():
+        return memo.read_text().strip()
+    h = hashlib.blake2b(digest_size=20)
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    digest = h.hexdigest()
+    write_text_atomic(memo, digest + "\n")
+    return digest
+
+
+def _sample_hash(path: Path) -> str:
+    """Hash of the whole file when small, else of 64 blocks of 64 KiB spread evenly over it."""
+    size = path.stat().st_size
+    h = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as f:
+        if size <= _SAMPLE_BLOCKS * _BLOCK:
+            h.update(f.read())
+        else:
+            for i in range(_SAMPLE_BLOCKS):
+                f.seek((size - _BLOCK) * i // (_SAMPLE_BLOCKS - 1))
+                h.update(f.read(_BLOCK))
+    return h.hexdigest()
+
+
+class TokenCache:
+    """An opened cache entry: memory-mapped token arrays and offsets per split, and ``meta``."""
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.meta: dict[str, Any] = manifest["meta"]
+        self.dtype = np.dtype(manifest["dtype"])
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str]) -> TokenCache | None:
+        """The entry in ``folder``, or ``None`` when there is none or it is incomplete or changed
+        (then a warning names the problem; the caller rebuilds it)."""
+        folder = Path(folder)
+        manifest_path = folder / MANIFEST
+        if not manifest_path.is_file():
+            return None
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            warnings.warn(f"token cache {folder}: unreadable manifest ({err}); rebuilding it", stacklevel=2)
+            return None
+        if manifest.get("version") != FORMAT_VERSION:
+            return None
+        for name, want in manifest["files"].items():
+            path = folder / name
+            problem = None
+            if not path.is_file():
+                problem = "is missing"
+            elif path.stat().st_size != want["size"]:
+                problem = f"has {path.stat().st_size} bytes, the manifest says {want['size']} (truncated?)"
+            elif _sample_hash(path) != want["hash"]:
+                problem = "was changed after it was written"
+            if problem:
+                warnings.warn(f"token cache {folder}: {name} {problem}; rebuilding the cache", stacklevel=2)
+                return None
+        return cls(folder, manifest)
+
+    def tokens(self, split: str) -> np.ndarray:
+        """The token ids of ``split``, memory-mapped read-only (nothing is read until indexed)."""
+        path = self.folder / f"{split}.tokens"
+        if path.stat().st_size == 0:
+            return np.zeros(0, dtype=self.dtype)
+        return np.memmap(path, dtype=self.dtype, mode="r")
+
+    def offsets(self, split: str) -> np.ndarray:
+        """``int64`` start of every example of ``split`` in :meth:`tokens`, then the end."""
+        return np.load(self.folder / f"{split}.offsets.npy", mmap_mode="r")
+
+
+class CacheWriter:
+    """Appends examples to the split files of a new entry (in a temporary folder)."""
+
+    def __init__(self, folder: Path, splits: Iterable[str], dtype: np.dtype) -> None:
+        self.folder = folder
+        self.dtype = np.dtype(dtype)
+        self.splits = list(splits)
+        self._files = {s: (folder / f"{s}.tokens").open("wb") for s in self.splits}
+        self._lengths: dict[str, list[np.ndarray]] = {s: [] for s in self.splits}
+        self.sizes = dict.fromkeys(self.splits, 0)
+
+    def add(self, split: str, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append examples: their ``tokens`` concatenated, and each example's length."""
+        tokens = np.asarray(tokens)
+        if tokens.size and int(tokens.max()) > np.iinfo(self.dtype).max:
+            raise ValueError(f"token id {int(tokens.max())} does not fit {self.dtype}")
+        self._files[split].write(tokens.astype(self.dtype, copy=False).tobytes())
+        self._lengths[split].append(np.asarray(lengths, dtype=np.int64))
+        self.sizes[split] += int(tokens.size)
+
+    def finish(self, meta: dict[str, Any]) -> None:
+        """Close the files, write the offsets and, last, the manifest."""
+        files: dict[str, dict[str, Any]] = {}
+        for split in self.splits:
+            self._files[split].close()
+            lengths = np.concatenate(self._lengths[split]) if self._lengths[split] else np.zeros(0, np.int64)
+            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            np.save(self.folder / f"{split}.offsets.npy", offsets)
+            for name in (f"{split}.tokens", f"{split}.offsets.npy"):
+                path = self.folder / name
+                files[name] = {"size": path.stat().st_size, "hash": _sample_hash(path)}
+        manifest = {"version": FORMAT_VERSION, "dtype": self.dtype.name, "files": files, "meta": meta}
+        write_json_atomic(self.folder / MANIFEST, manifest)
+
+    def abort(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+
+def open_or_build(folder: Path, build: Callable[[Path], None]) -> TokenCache:
+    """Open the entry in ``folder``, or call ``build(tmp_folder)`` (which writes a complete entry
+    with a :class:`CacheWriter`) and move it into place."""
+    cache = TokenCache.open(folder)
+    if cache is not None:
+        return cache
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        build(tmp)
+        if folder.exists() and TokenCache.open(folder) is None:
+            shutil.rmtree(folder, ignore_errors=True)  # a broken entry: replaced
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if TokenCache.open(folder) is None:  # not another process's complete entry
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cache = TokenCache.open(folder)
+    if cache is None:
+        raise RuntimeError(f"token cache {folder}: the entry just built cannot be opened")
+    return cache
+
+
+def entry_key(parts: dict[str, Any]) -> str:
+    """A short hash of ``parts`` (JSON-serialisable), naming a cache entry."""
+    return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=16).hexdigest()

@@ -1,0 +1,1 @@
+"""Built-in generated data (no download): reverse sequences, synthetic reviews, number pairs, a grammar corpus."""
