@@ -19,7 +19,8 @@ from attnkit.training.checkpoint import CheckpointError, load_checkpoint_file
 
 
 def _overrides(items):
-    return dict(item.split("=", 1) for item in items)
+    """``["data.seq_len=8", ...]`` as the Python API's keyword overrides, typed as the CLI reads them."""
+    return {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in items)}
 
 
 def test_cli_run_folder_layout_and_summary(tiny_reverse_run: Path):

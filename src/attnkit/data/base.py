@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from pydantic import field_validator
+from pydantic import ConfigDict, field_validator
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -37,10 +37,13 @@ __all__ = [
 
 
 class DataConfig(StrictModel):
-    """The base of the ``data`` section of every task: pydantic, unknown keys rejected, values
-    coerced as in every other section (``"8"`` from a command line or ``**{"data.seq_len": "8"}``
-    is the int 8; ``"eight"`` or ``1.5`` is an error naming the key). Path fields (``source`` ...)
-    also accept a ``pathlib.Path`` (stored as ``str``)."""
+    """The base of the ``data`` section of every task: pydantic in strict mode, unknown keys
+    rejected. Strict because a data value of the wrong type is almost always a mistake that lax
+    coercion would hide (``set_size: true`` would become 1, ``standardize: 1`` True): ``"1"`` is not
+    an int and ``1`` not a bool. Command-line overrides and YAML files arrive typed (``seq_len=8`` is
+    the int 8). Path fields (``source`` ...) also accept a ``pathlib.Path`` (stored as ``str``)."""
+
+    model_config = ConfigDict(strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
