@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import Callback
 
 import attnkit
 from attnkit.config import parse_overrides
-from attnkit.errors import Preempted
+from attnkit.errors import ConfigError, Preempted
 from attnkit.training.checkpoint import load_checkpoint_file
 
 # 4 epochs of 125 steps; a step checkpoint every 10 steps tells the test that training is underway.
@@ -101,3 +101,27 @@ def test_sigusr1_stops_with_138_and_a_checkpoint_of_that_step(tmp_path: Path):
     assert load_checkpoint_file(last)["global_step"] == 7  # saved at the step the signal came in
     assert f"attnkit train reverse --resume {tmp_path / 'reverse' / 'usr1'}" in str(stopped.value)
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # the handler is gone with the run
+
+
+def test_a_requeued_slurm_job_continues_its_own_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # What SLURM sets for a one-task job; a requeued job runs the same command with SLURM_RESTART_COUNT=1.
+    for key, value in {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
+                       "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    overrides = {**parse_overrides([*TINY_REVERSE, "trainer.report=false"]), "output_dir": str(tmp_path)}
+    run = tmp_path / "reverse" / "slurm-4242"  # named after the job: the same on every node and after a requeue
+    last = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(Preempted) as stopped:  # SLURM stops the job (scancel --signal, preemption, time limit)
+        attnkit.train("reverse", callbacks=[_SignalAt(signal.SIGTERM, 30)], **overrides)
+    assert stopped.value.code == 143 and stopped.value.checkpoint == last
+    assert load_checkpoint_file(last)["global_step"] == 30
+
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    result = attnkit.train("reverse", **overrides)  # the same command, requeued: continues, does not start over
+    assert result.run_dir == run and (run / "metrics.json").is_file()
+    assert load_checkpoint_file(last)["global_step"] == 2 * 4000 // 32
+
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # not a requeue: an existing run is never overwritten
+    with pytest.raises(ConfigError, match="already exists"):
+        attnkit.train("reverse", **overrides)
