@@ -39,6 +39,7 @@ __all__ = [
     "CacheWriter",
     "CachedRows",
     "CachedTexts",
+    "LazySequence",
     "TokenCache",
     "cache_root",
     "content_digest",
@@ -160,7 +161,7 @@ class TokenCache:
         return np.load(self.folder / f"{name}.npy", mmap_mode="r")
 
 
-class _LazySequence(Sequence[Any]):
+class LazySequence(Sequence[Any]):
     """A read-only sequence read from files on demand; compares equal to any sequence with the same
     items, and ``+`` gives a list (as the in-memory lists it replaces). Files are opened lazily in
     each process (DataLoader workers open their own)."""
@@ -199,7 +200,7 @@ class _LazySequence(Sequence[Any]):
         return f"{type(self).__name__}({len(self)} items)"
 
 
-class CachedRows(_LazySequence):
+class CachedRows(LazySequence):
     """Item ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` as a ``list[int]``."""
 
     def __init__(self, tokens: Path, offsets: Path, dtype: np.dtype) -> None:
@@ -233,7 +234,7 @@ class CachedRows(_LazySequence):
         return self.tokens[int(self.offsets[index]) : int(self.offsets[index + 1])].tolist()
 
 
-class CachedTexts(_LazySequence):
+class CachedTexts(LazySequence):
     """Item ``i`` is the ``i``-th UTF-8 text of a text file cut at byte ``offsets``."""
 
     def __init__(self, path: Path, offsets: Path) -> None:
