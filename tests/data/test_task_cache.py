@@ -60,7 +60,10 @@ def test_classify_cache_equals_the_in_memory_encoding_and_is_reused(tmp_path: Pa
     source, cache = _table(tmp_path / "train.csv"), tmp_path / "cache"
     kw = {}
     if files == "val_and_test":
-        kw = {"val_source": str(_table(tmp_path / "val.csv", 30, 1)), "test_source": str(_table(tmp_path / "t.csv", 30, 2))}
+        kw = {
+            "val_source": str(_table(tmp_path / "val.csv", 30, 1)),
+            "test_source": str(_table(tmp_path / "t.csv", 30, 2)),
+        }
     dm = _classify(source, cache, **kw)
     assert dm.cache is not None and dm.cache.folder.parent == cache / "classify"
     assert isinstance(dm.datasets["train"].ids, CachedRows) and isinstance(dm.datasets["train"].ids.tokens, np.memmap)

@@ -5,9 +5,10 @@ token ids, ``uint16`` when the vocabulary fits, else ``uint32``, read with ``np.
 ``<split>.offsets.npy`` (``int64``, where each example/document starts; one more entry for the
 end), plus ``manifest.json``. An entry may also hold texts (``<name>.text``, UTF-8, with
 ``<name>.text_offsets.npy``: byte offsets, read lazily as :class:`CachedTexts`) and small arrays
-(``<name>.npy``, e.g. labels), checked by the manifest like the token files. ``root`` is ``data.cache_dir``, else ``$ATTNKIT_CACHE``, else
-``~/.cache/attnkit``. The ``key`` hashes the source files' contents, the tokenizer (or the options
-it is built with) and the data config: a change of any of them gives a new entry.
+(``<name>.npy``, e.g. labels), checked by the manifest like the token files. ``root`` is
+``data.cache_dir``, else ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``. The ``key`` hashes the
+source files' contents, the tokenizer (or the options it is built with) and the data config: a
+change of any of them gives a new entry.
 
 Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
 last; the manifest lists every file's size and a hash of 64 blocks spread over it (the whole file

@@ -465,7 +465,7 @@ class PairsDataModule(SplitDataModule):
         return src, tgt, keep, sum(too_long)
 
     def _encode(self, split: str, pairs: list[Pair]) -> None:
-        """Encode ``pairs`` as ``datasets[split]`` in memory; training pairs over ``max_len`` are left out, others cut."""
+        """Encode ``pairs`` as ``datasets[split]`` in memory (see :meth:`_encode_pairs`)."""
         src, tgt, keep, self.dropped[split] = self._encode_pairs(pairs, split == "train")
         self.datasets[split] = EncodedPairs(src, tgt, [pairs[i][1] for i in keep])
 

@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import DataConfig, SplitDataModule, chunks
 from attnkit.data.cache import (
-    CacheWriter,
     CachedRows,
+    CacheWriter,
     TokenCache,
     cache_root,
     content_digest,
@@ -416,7 +416,9 @@ class TextClassificationDataModule(SplitDataModule):
 
     ``setup()`` loads the data once, builds the tokenizer on the *training* texts (unless one is
     given, e.g. restored from a checkpoint with :meth:`from_artifacts`) and encodes every split
-    to at most ``cfg.max_len`` tokens.
+    to at most ``cfg.max_len`` tokens. A text with no token at all encodes to ``[unk_id]`` so that
+    no row is fully masked. Batches: ``(ids [B, T] int64, mask [B, T] bool, labels [B] int64)``,
+    ``T`` = longest sequence in the batch, ``mask`` True at real tokens, ``ids == pad_id`` elsewhere.
 
     A table source (csv/tsv/jsonl, with its ``val_source``/``test_source``) goes through the token
     cache (:mod:`attnkit.data.cache`): ``prepare_data()`` (one process per node under DDP) splits
@@ -424,9 +426,7 @@ class TextClassificationDataModule(SplitDataModule):
     texts, the labels as ``.npy``), ``setup()`` opens it, and a second run on the same files and
     config reuses it. The datasets read their examples from the memory map, and ``splits`` holds
     lazy sequences of the cached texts. The built-in synthetic corpus and aclImdb folders (small)
-    are encoded in memory on every run, as are :meth:`for_test_file`'s texts. A text with no token at all encodes to ``[unk_id]`` so that
-    no row is fully masked. Batches: ``(ids [B, T] int64, mask [B, T] bool, labels [B] int64)``,
-    ``T`` = longest sequence in the batch, ``mask`` True at real tokens, ``ids == pad_id`` elsewhere.
+    are encoded in memory on every run, as are :meth:`for_test_file`'s texts.
 
     With ``label_names`` given, the data's labels are mapped to those ids by name (all of the
     data's label names must be among them).
