@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnkit.api import build_config, prepare
 from attnkit.data.cache import MANIFEST, CachedRows
 from attnkit.data.pairs import PairsDataConfig, PairsDataModule, split_pairs
 from attnkit.data.readers.pairs import read_pairs
@@ -23,6 +24,7 @@ from attnkit.data.text import (
     load_splits,
 )
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, build_tokenizer
+from attnkit.tasks import get_task
 
 SPLITS = ("train", "val", "test")
 
@@ -203,3 +205,13 @@ def test_translate_a_changed_file_makes_a_new_entry_and_truncation_is_rebuilt(tm
     with pytest.warns(UserWarning, match="val.tgt.tokens has .* bytes.*truncated"):
         again = _translate(source, cache)
     assert list(again.datasets["val"]) == expected
+
+
+def test_prepare_builds_the_entry_that_training_opens(tmp_path: Path):
+    source, cache = _table(tmp_path / "train.csv"), tmp_path / "cache"
+    folder = prepare("classify", data={"source": str(source), "cache_dir": str(cache)})
+    assert folder is not None and (folder / MANIFEST).is_file() and folder.parent == cache / "classify"
+    cfg = build_config("classify", overrides={"data": {"source": str(source), "cache_dir": str(cache)}})
+    dm = get_task("classify").build_datamodule(cfg)
+    dm.setup("fit")
+    assert dm.cache.folder == folder
