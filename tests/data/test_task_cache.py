@@ -107,12 +107,18 @@ def test_classify_a_changed_file_or_config_makes_a_new_entry(tmp_path: Path):
 def test_classify_a_truncated_tokens_file_is_rebuilt_with_a_warning(tmp_path: Path):
     source, cache = _table(tmp_path / "train.csv"), tmp_path / "cache"
     first = _classify(source, cache)
-    tokens = first.cache.folder / "train.tokens"
-    expected = list(first.datasets["train"])
+    _assert_truncation_is_rebuilt(first, "train", "train.tokens", lambda: _classify(source, cache))
+
+
+def _assert_truncation_is_rebuilt(dm, split: str, name: str, again) -> None:  # type: ignore[no-untyped-def]
+    """Cutting the entry's file ``name`` short: the next module warns, rebuilds it and reads the same ``split``."""
+    expected = list(dm.datasets[split])
+    tokens = dm.cache.folder / name
+    size = tokens.stat().st_size
     tokens.write_bytes(tokens.read_bytes()[:-4])
-    with pytest.warns(UserWarning, match="train.tokens has .* bytes.*truncated"):
-        again = _classify(source, cache)
-    assert list(again.datasets["train"]) == expected
+    with pytest.warns(UserWarning, match=f"{name} has .* bytes.*truncated"):
+        rebuilt = again()
+    assert list(rebuilt.datasets[split]) == expected and tokens.stat().st_size == size
 
 
 def test_encode_texts_equals_encode_one_by_one():
@@ -199,12 +205,7 @@ def test_translate_a_changed_file_makes_a_new_entry_and_truncation_is_rebuilt(tm
     changed = _translate(source, cache)
     assert changed.cache.folder != first.cache.folder
     assert sum(changed.splits.sizes().values()) == sum(first.splits.sizes().values()) + 1
-    tokens = changed.cache.folder / "val.tgt.tokens"
-    expected = list(changed.datasets["val"])
-    tokens.write_bytes(tokens.read_bytes()[:-2])
-    with pytest.warns(UserWarning, match="val.tgt.tokens has .* bytes.*truncated"):
-        again = _translate(source, cache)
-    assert list(again.datasets["val"]) == expected
+    _assert_truncation_is_rebuilt(changed, "val", "val.tgt.tokens", lambda: _translate(source, cache))
 
 
 def test_prepare_builds_the_entry_that_training_opens(tmp_path: Path):

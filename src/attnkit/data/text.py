@@ -344,7 +344,7 @@ class EncodedTextDataset(Dataset):
 
     def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
         if len(ids) != len(labels):
-            raise ValueError(f"EncodedTextDataset: {len(ids)} sequences but {len(labels)} labels")
+            raise ValueError(f"{type(self).__name__}: {len(ids)} sequences but {len(labels)} labels")
         self.ids = ids
         self.labels = labels
 
@@ -355,21 +355,11 @@ class EncodedTextDataset(Dataset):
         return self.ids[index], self.labels[index]
 
 
-class CachedTextDataset(Dataset):
+class CachedTextDataset(EncodedTextDataset):
     """Texts encoded in the token cache: item ``i`` is ``(ids: list[int], label: int)``, read from
     the memory-mapped split (``ids`` is the lazy sequence of every text's ids)."""
 
-    def __init__(self, ids: CachedRows, labels: list[int]) -> None:
-        if len(ids) != len(labels):
-            raise ValueError(f"CachedTextDataset: {len(ids)} sequences but {len(labels)} labels")
-        self.ids = ids
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, index: int) -> tuple[list[int], int]:
-        return self.ids[index], self.labels[index]
+    ids: CachedRows
 
 
 ENCODE_BATCH = 4096  # texts per Hugging Face encode_batch call
