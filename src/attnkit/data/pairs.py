@@ -360,6 +360,7 @@ class PairsDataModule(SplitDataModule):
             rows = read_pair_rows(path or cfg.source, skip_bad_lines=cfg.skip_bad_lines, group_column=group_column)
             pairs = [(s, t) for s, t, _ in rows]
             groups = [g for _, _, g in rows] if group_column is not None else None  # type: ignore[misc]
+            del rows  # its tuples: not needed at once with the pairs' (1 M pairs: 70 MB)
         if cfg.lowercase:
             pairs = [(s.lower(), t.lower()) for s, t in pairs]
         if cfg.reverse:
