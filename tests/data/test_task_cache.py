@@ -16,6 +16,7 @@ from attnkit.api import build_config, prepare
 from attnkit.data.cache import MANIFEST, CachedRows
 from attnkit.data.pairs import PairsDataConfig, PairsDataModule, split_pairs
 from attnkit.data.readers.pairs import read_pairs
+from attnkit.data.splits import group_split
 from attnkit.data.text import (
     ClassifyDataConfig,
     TextClassificationDataModule,
@@ -216,3 +217,16 @@ def test_prepare_builds_the_entry_that_training_opens(tmp_path: Path):
     dm = get_task("classify").build_datamodule(cfg)
     dm.setup("fit")
     assert dm.cache.folder == folder
+
+
+def test_group_split_of_strings_equals_the_numpy_array_path():
+    rng = random.Random(0)
+    for seed in range(10):
+        groups = [
+            "".join(rng.choice("abñé😀 Z") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(5, 2000))
+        ]
+        labels = [rng.randrange(3) for _ in groups]
+        for stratify in (None, labels):
+            as_list = group_split(groups, [0.1, 0.2], seed, stratify=stratify)
+            as_array = group_split(np.asarray(groups), [0.1, 0.2], seed, stratify=stratify)
+            assert all(np.array_equal(a, b) for a, b in zip(as_list, as_array))
