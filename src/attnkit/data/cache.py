@@ -46,6 +46,7 @@ __all__ = [
     "content_digest",
     "entry_key",
     "open_or_build",
+    "source_digests",
     "token_dtype",
 ]
 
@@ -84,6 +85,11 @@ def content_digest(path: str | os.PathLike[str], root: Path) -> str:
     digest = h.hexdigest()
     write_text_atomic(memo, digest + "\n")
     return digest
+
+
+def source_digests(files: dict[str, str | None], root: Path) -> dict[str, str]:
+    """:func:`content_digest` of each named file that is given (``None``: left out)."""
+    return {name: content_digest(path, root) for name, path in files.items() if path}
 
 
 def _sample_hash(path: Path) -> str:
@@ -287,6 +293,12 @@ class CacheWriter:
         self._files[split].write(tokens.astype(self.dtype, copy=False).tobytes())
         self._lengths[split].append(np.asarray(lengths, dtype=np.int64))
         self.sizes[split] += int(tokens.size)
+
+    def add_rows(self, split: str, rows: Sequence[Sequence[int]]) -> None:
+        """Append examples given as lists of token ids."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum()))
+        self.add(split, flat, lengths)
 
     def add_texts(self, name: str, texts: Iterable[str]) -> None:
         """Append ``texts`` to ``<name>.text`` (read back with :meth:`TokenCache.texts`)."""

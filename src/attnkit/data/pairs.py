@@ -33,9 +33,9 @@ from attnkit.data.cache import (
     LazySequence,
     TokenCache,
     cache_root,
-    content_digest,
     entry_key,
     open_or_build,
+    source_digests,
     token_dtype,
 )
 from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
@@ -379,8 +379,7 @@ class PairsDataModule(SplitDataModule):
         if self._folder is None:
             c = self.cfg
             root = cache_root(c.cache_dir)
-            files = {name: getattr(c, name) for name in ("source", "val_source", "test_source")}
-            sources = {name: content_digest(path, root) for name, path in files.items() if path}
+            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
             config = c.model_dump(include=_ENCODING_FIELDS)
             if self._tokenizers is not None:
                 src, tgt = self._tokenizers
@@ -485,10 +484,8 @@ class PairsDataModule(SplitDataModule):
                 for start, batch in zip(range(0, len(pairs), _CHUNK), chunks(pairs, _CHUNK)):
                     src, tgt, keep, n_long = self._encode_pairs(batch, split == "train")
                     dropped[split] += n_long
-                    for side, ids in (("src", src), ("tgt", tgt)):
-                        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-                        flat = np.fromiter((t for row in ids for t in row), np.int64, count=int(lengths.sum()))
-                        writer.add(f"{split}.{side}", flat, lengths)
+                    writer.add_rows(f"{split}.src", src)
+                    writer.add_rows(f"{split}.tgt", tgt)
                     writer.add_texts(f"{split}.source", (s for s, _ in batch))
                     writer.add_texts(f"{split}.target", (t for _, t in batch))
                     kept.append(start + np.asarray(keep, dtype=np.int64))

@@ -28,9 +28,9 @@ from attnkit.data.cache import (
     CacheWriter,
     TokenCache,
     cache_root,
-    content_digest,
     entry_key,
     open_or_build,
+    source_digests,
     token_dtype,
 )
 from attnkit.data.generators.reviews import generate_synthetic_corpus
@@ -492,8 +492,7 @@ class TextClassificationDataModule(SplitDataModule):
         if self._folder is None:
             c = self.cfg
             root = cache_root(c.cache_dir)
-            files = {name: getattr(c, name) for name in ("source", "val_source", "test_source")}
-            sources = {name: content_digest(path, root) for name, path in files.items() if path}
+            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
             config = c.model_dump(exclude={"source", "val_source", "test_source", "cache_dir", "synthetic_size"})
             if self._tokenizer is not None:
                 config["tokenizer"] = entry_key(self._tokenizer.to_dict())
@@ -552,10 +551,7 @@ class TextClassificationDataModule(SplitDataModule):
                 texts = getattr(splits, f"{split}_texts")
                 writer.add_texts(split, ())  # an empty split has an empty file too
                 for batch in chunks(texts, 16 * ENCODE_BATCH):
-                    ids = encode_texts(tokenizer, batch, self.cfg.max_len)
-                    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-                    flat = np.fromiter((t for row in ids for t in row), dtype=np.int64, count=int(lengths.sum()))
-                    writer.add(split, flat, lengths)
+                    writer.add_rows(split, encode_texts(tokenizer, batch, self.cfg.max_len))
                     writer.add_texts(split, batch)
                 writer.save_array(f"{split}.labels", np.asarray(getattr(splits, f"{split}_labels"), dtype=np.int64))
         except BaseException:
