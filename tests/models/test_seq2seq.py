@@ -197,9 +197,9 @@ def test_cached_greedy_equals_uncached(half_trained):
 
 def test_beam_size_one_is_greedy(half_trained):
     cases = [(tiny(seed=seed, eos_boost=0.8), padded_source(seed=seed)) for seed in range(3)] + half_trained
-    for model, src in cases:
-        greedy = greedy_decode(model, src, max_len=10)
-        beam = beam_search(model, src, beam_size=1, max_len=10, length_penalty=0.7)
+    for (model, src), length_penalty, max_len in itertools.product(cases, (0.0, 0.7, 1.0), (10, 40)):
+        greedy = greedy_decode(model, src, max_len=max_len)
+        beam = beam_search(model, src, beam_size=1, max_len=max_len, length_penalty=length_penalty)
         assert torch.equal(beam.tokens, greedy.tokens)
         assert torch.equal(beam.lengths, greedy.lengths)
         torch.testing.assert_close(beam.log_probs, greedy.log_probs)

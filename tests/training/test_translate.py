@@ -58,11 +58,13 @@ def test_checkpoint_alone_translates(run: Path):
     loaded = load_run(run / "checkpoints" / "best.ckpt")
     assert loaded.module.model.config.share_embeddings
     module = loaded.module
-    texts = [english_number(n) for n in (7, 15, 40, 300)]
+    numbers = range(3, 1000, 20)
+    texts = [english_number(n) for n in numbers]
     greedy = translate_texts(module, texts, beam_size=1)
     beam = translate_texts(module, texts, beam_size=3)
-    assert len(greedy) == len(beam) == 4 and all(isinstance(t, str) and t for t in greedy)
-    assert sum(g == spanish_number(n) for g, n in zip(greedy, (7, 15, 40, 300))) >= 2
+    assert len(greedy) == len(beam) == 50 and all(isinstance(t, str) and t for t in greedy)
+    # Learning after 4 short epochs: 38 of these 50 exactly right (measured; the test split: 0.556)
+    assert sum(g == spanish_number(n) for g, n in zip(greedy, numbers)) >= 25
     assert loaded.task.predict(module, texts[:1]) == translate_texts(module, texts[:1])
     with pytest.raises(ValueError, match="beam size must be an int >= 1"):
         translate_texts(module, texts, beam_size=0)

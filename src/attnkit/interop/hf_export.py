@@ -94,6 +94,12 @@ def hf_tokenizer(tokenizer: Any) -> Tokenizer:
             f"a {tokenizer.kind!r} tokenizer cannot be written as a language model's Hugging Face tokenizer.json "
             "(only char, word, bpe and pretrained ones)"
         )
-    hf = HFTokenizer.from_str(tokenizer.backend.to_str())
+    spec = json.loads(tokenizer.backend.to_str())
+    for added in spec.get("added_tokens", []):
+        if added["content"] == UNK:
+            # An ordinary token to Hugging Face: decoding shows an unknown piece as <unk>, as attnkit's
+            # decode does (skip_special_tokens=True would drop it and change the text).
+            added["special"] = False
+    hf = HFTokenizer.from_str(json.dumps(spec))
     hf.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, BOS_ID)])
     return Tokenizer(hf, "pretrained", {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK})

@@ -393,8 +393,9 @@ def beam_search(
     beam can still beat its best finished hypothesis: a beam's log-probability only falls, so its
     final score is at most ``log P / L ** length_penalty`` for the best final length ``L <= max_len``
     (no early stop after ``beam_size`` finished hypotheses, which can miss a better, longer one).
-    After ``max_len`` tokens the alive beams are finished as they are. With ``beam_size=1`` this
-    is exactly :func:`greedy_decode`.
+    After ``max_len`` tokens the alive beams are finished as they are. With ``beam_size=1`` a
+    sentence also stops when its best extension is EOS, which makes it exactly :func:`greedy_decode`
+    whatever the length penalty.
 
     Beam search usually finds a higher-scoring translation than greedy decoding, but not always:
     the greedy prefix can fall out of the beam. Call ``model.eval()`` first.
@@ -447,6 +448,10 @@ def beam_search(
             best_len = torch.where(improve, torch.full_like(best_len, length), best_len)
         if last_step:
             break
+        if k == 1:
+            # One beam is greedy decoding: a sentence whose best extension is EOS is finished (length
+            # normalisation would otherwise keep looking for a longer hypothesis that scores higher).
+            done |= is_eos[:, 0]
 
         # the K best extensions that do not end in EOS stay alive
         alive_scores, pick = top_scores.masked_fill(is_eos, neg_inf).topk(k, dim=1)

@@ -161,7 +161,7 @@ class ClassifyTask(Task[ClassifyConfig]):
         names = dm.label_names
         inputs: list[tuple[str, str, int | None]] = []
         for text in texts or []:
-            count = len(dm.tokenizer.tokenize(text))
+            count = len(dm.tokenizer.encode(text))
             if count > dm.max_len:
                 raise ValueError(
                     f"classify: the input has {count} tokens but this model reads at most max_len={dm.max_len}; "
