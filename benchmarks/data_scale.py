@@ -1,10 +1,22 @@
-"""Benchmark: `attnkit train lm` data setup at 5 MB, 50 MB, 500 MB (and 1 GB) of text: peak RSS, time.
+"""Benchmark: `attnkit train lm` data setup at 5 MB, 50 MB, 500 MB (and 1 GB) of text: peak RSS, time;
+``--task classify`` / ``--task translate``: the same at 1 M table rows / sentence pairs.
 
 Run::
 
     .venv/bin/python benchmarks/data_scale.py                    # 5, 50, 500 MB (+ 1000 MB with --gb)
     .venv/bin/python benchmarks/data_scale.py --sizes 5 --rounds 2   # quick
     .venv/bin/python benchmarks/data_scale.py --json out.json
+    .venv/bin/python benchmarks/data_scale.py --task classify --rounds 2   # 1 M csv rows
+    .venv/bin/python benchmarks/data_scale.py --task translate --sizes 0.1 --rounds 2   # 100 000 pairs
+
+``--task classify`` and ``--task translate``: ``--sizes`` counts **millions of rows** (default 1).
+classify: a csv ``text,label`` of reviews drawn at random with a seed from 20 000 of the built-in
+generator's (``generate_synthetic_corpus``); translate: a tab-separated pairs file, each pair two
+pairs of the built-in generator (``number_pairs``, 24 000 of them) drawn at random and joined with
+``"; "`` (so nearly all of the pairs are distinct: the split deduplicates). Each child does what
+``attnkit train classify|translate --data FILE`` does before training (data module with its token
+cache, model, one training step through the task's module); the tokenization-rate comparison is
+run for ``lm`` only.
 
 The corpus is generated: documents of the built-in grammar (``generate_grammar_corpus``, 20 000 of
 them) drawn at random with a seed and separated by blank lines until the size is reached. Each
@@ -50,24 +62,21 @@ t0 = time.perf_counter()
 import torch
 from attnkit.api import build_config
 from attnkit.tasks import get_task
+from attnkit.training.runner import build_module
 t_import = time.perf_counter() - t0
 torch.set_num_threads(1)
-path, cache, tokenizer = sys.argv[1], sys.argv[2], sys.argv[3]
+path, cache, tokenizer, name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 t1 = time.perf_counter()
-cfg = build_config("lm", overrides={"data": {"source": path, "cache_dir": cache, "tokenizer": tokenizer},
-                                    "trainer": {"progress_bar": False, "threads": 1}})
-task = get_task("lm")
+data = {"source": path, "cache_dir": cache} | ({"tokenizer": tokenizer} if name != "classify" else {})
+cfg = build_config(name, overrides={"data": data, "trainer": {"progress_bar": False, "threads": 1}})
+task = get_task(name)
 dm = task.build_datamodule(cfg)
 dm.prepare_data()
 t_prepare = time.perf_counter() - t1
 dm.setup("fit")
-spec = task.model_spec(cfg, dm)
-from attnkit.models import build_model
-model = build_model(spec.name, spec.config)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-inputs, targets = next(iter(dm.train_dataloader()))
-logits = model(inputs)
-loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+module = build_module(task, cfg, dm)
+opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
+loss = module.step(next(iter(dm.train_dataloader())))[0]
 loss.backward(); opt.step()
 t_setup = time.perf_counter() - t1
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -90,10 +99,42 @@ def make_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
     return written
 
 
-def run_child(path: Path, cache: Path, tokenizer: str) -> dict:
+def make_table(path: Path, millions: float, seed: int = 0) -> int:
+    """Write ``millions`` M rows ``text,label`` of built-in reviews (classify); returns the bytes."""
+    from attnkit.data.generators.reviews import generate_synthetic_corpus
+
+    texts, labels, names = generate_synthetic_corpus(20000, seed)
+    pool = ['"' + t.replace('"', '""') + f'",{names[y]}\n' for t, y in zip(texts, labels)]
+    return _write_rows(path, "text,label\n", lambda rng, k: rng.choices(pool, k=k), int(millions * 1e6), seed)
+
+
+def make_pairs(path: Path, millions: float, seed: int = 0) -> int:
+    """Write ``millions`` M tab-separated pairs, each two built-in number pairs joined with "; "."""
+    from attnkit.data.generators.numbers import number_pairs
+
+    pool = number_pairs(24000, seed)
+
+    def draw(rng: random.Random, k: int) -> list[str]:
+        picks = iter(rng.choices(pool, k=2 * k))
+        return [f"{s1}; {s2}\t{t1}; {t2}\n" for (s1, t1), (s2, t2) in zip(picks, picks)]
+
+    return _write_rows(path, "", draw, int(millions * 1e6), seed)
+
+
+def _write_rows(path: Path, header: str, draw, n: int, seed: int) -> int:  # type: ignore[no-untyped-def]
+    """Write ``header`` then ``n`` rows ``draw(rng, k)`` gives, 100 000 at a time; returns the bytes."""
+    rng = random.Random(seed)
+    with path.open("wb") as f:
+        written = f.write(header.encode())
+        for start in range(0, n, 100_000):
+            written += f.write("".join(draw(rng, min(100_000, n - start))).encode())
+    return written
+
+
+def run_child(path: Path, cache: Path, tokenizer: str, task: str = "lm") -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(cache), tokenizer], capture_output=True, text=True, env=env
+        [sys.executable, "-c", CHILD, str(path), str(cache), tokenizer, task], capture_output=True, text=True, env=env
     )
     if out.returncode != 0:
         raise RuntimeError(f"child failed:\n{out.stderr[-3000:]}")
@@ -143,35 +184,54 @@ def tokenize_rates(workdir: Path, rounds: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[5, 50, 500], help="corpus sizes in MB")
+    parser.add_argument("--task", default="lm", choices=["lm", "classify", "translate"])
+    parser.add_argument(
+        "--sizes",
+        type=float,
+        nargs="+",
+        default=None,
+        help="lm: corpus sizes in MB (default 5 50 500); classify/translate: millions of rows (default 1)",
+    )
     parser.add_argument("--gb", action="store_true", help="also 1000 MB when the disk has room")
     parser.add_argument("--rounds", type=int, default=6, help="warm runs per size and tokenization rounds")
-    parser.add_argument("--tokenizer", default="char", choices=["char", "word", "bpe"])
+    parser.add_argument(
+        "--tokenizer", default=None, choices=["char", "word", "bpe"], help="lm: default char; translate: default word"
+    )
     parser.add_argument(
         "--workdir", type=Path, default=None, help="where the corpora and caches go (default: a temp dir)"
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    sizes = list(args.sizes)
+    lm = args.task == "lm"
+    sizes = list(args.sizes or ([5, 50, 500] if lm else [1]))
+    tokenizer = args.tokenizer or ("char" if lm else "word")
+    make = {"lm": make_corpus, "classify": make_table, "translate": make_pairs}[args.task]
+    unit = "MB" if lm else "M rows"
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="attnkit-data-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    if args.gb:
+    if args.gb and lm:
         free = shutil.disk_usage(workdir).free
         if free > 6e9:  # corpus + text copy + uint16 tokens
             sizes.append(1000)
         else:
             print(f"1000 MB skipped: {free / 1e9:.1f} GB free in {workdir}")
-    print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; tokenizer: {args.tokenizer}")
-    rows, failures = [], []
+    print(
+        f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; task: {args.task}; "
+        f"tokenizer: {tokenizer if args.task != 'classify' else 'text'}"
+    )
+    rows, failures, rates = [], [], {}
     try:
         for mb in sizes:
-            corpus = workdir / f"corpus_{mb:g}MB.txt"
-            nbytes = make_corpus(corpus, mb)
+            suffix = {"lm": "txt", "classify": "csv", "translate": "tsv"}[args.task]
+            corpus = workdir / f"{args.task}_{mb:g}.{suffix}"
+            nbytes = make(corpus, mb)
             cache = workdir / f"cache_{mb:g}"
             shutil.rmtree(cache, ignore_errors=True)
-            cold = run_child(corpus, cache, args.tokenizer)
-            warm = [run_child(corpus, cache, args.tokenizer) for _ in range(args.rounds)]
+            cold = run_child(corpus, cache, tokenizer, args.task)
+            warm = [run_child(corpus, cache, tokenizer, args.task) for _ in range(args.rounds)]
             row = {
+                "size": mb,
+                "unit": unit,
                 "mb": nbytes / 1e6,
                 "cold_setup_s": cold["setup_s"],
                 "cold_build_mbs": nbytes / 1e6 / cold["prepare_s"],
@@ -182,19 +242,20 @@ def main() -> int:
                 "load": os.getloadavg()[0],
             }
             rows.append(row)
+            rows_text = "" if lm else f"{mb:g} M rows, "
             print(
-                f"{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, "
+                f"{rows_text}{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, "
                 f"build {row['cold_build_mbs']:5.1f} MB/s, peak RSS {row['cold_rss_gb']:.2f} GB | "
                 f"warm: setup {row['warm_setup_s']:.2f} s (median of {args.rounds}), "
                 f"peak RSS {row['warm_rss_gb']:.2f} GB | imports {row['import_s']:.1f} s | load {row['load']:.1f}"
             )
             if max(row["cold_rss_gb"], row["warm_rss_gb"]) > RSS_LIMIT_GB:
-                failures.append(f"{mb:g} MB: peak RSS above {RSS_LIMIT_GB} GB")
+                failures.append(f"{mb:g} {unit}: peak RSS above {RSS_LIMIT_GB} GB")
             if row["warm_setup_s"] > WARM_LIMIT_S:
-                failures.append(f"{mb:g} MB: warm setup {row['warm_setup_s']:.2f} s > {WARM_LIMIT_S} s")
+                failures.append(f"{mb:g} {unit}: warm setup {row['warm_setup_s']:.2f} s > {WARM_LIMIT_S} s")
             corpus.unlink()
             shutil.rmtree(cache, ignore_errors=True)
-        rates = tokenize_rates(workdir, args.rounds)
+        rates = tokenize_rates(workdir, args.rounds) if lm else {}
         for kind, r in rates.items():
             print(
                 f"tokenize {kind:4s}: cache encoder {r['cache_mbs']:6.1f} MB/s, 0.1 way (encode per document into "

@@ -3,9 +3,12 @@
 A cache entry is a folder ``<root>/<task>/<key>/`` holding, per split, ``<split>.tokens`` (the
 token ids, ``uint16`` when the vocabulary fits, else ``uint32``, read with ``np.memmap``) and
 ``<split>.offsets.npy`` (``int64``, where each example/document starts; one more entry for the
-end), plus ``manifest.json``. ``root`` is ``data.cache_dir``, else ``$ATTNKIT_CACHE``, else
-``~/.cache/attnkit``. The ``key`` hashes the source files' contents, the tokenizer (or the options
-it is built with) and the data config: a change of any of them gives a new entry.
+end), plus ``manifest.json``. An entry may also hold texts (``<name>.text``, UTF-8, with
+``<name>.text_offsets.npy``: byte offsets, read lazily as :class:`CachedTexts`) and small arrays
+(``<name>.npy``, e.g. labels), checked by the manifest like the token files. ``root`` is
+``data.cache_dir``, else ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``. The ``key`` hashes the
+source files' contents, the tokenizer (or the options it is built with) and the data config: a
+change of any of them gives a new entry.
 
 Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
 last; the manifest lists every file's size and a hash of 64 blocks spread over it (the whole file
@@ -23,7 +26,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +38,15 @@ __all__ = [
     "CACHE_ENV",
     "MANIFEST",
     "CacheWriter",
+    "CachedRows",
+    "CachedTexts",
+    "LazySequence",
     "TokenCache",
     "cache_root",
     "content_digest",
     "entry_key",
     "open_or_build",
+    "source_digests",
     "token_dtype",
 ]
 
@@ -78,6 +85,11 @@ def content_digest(path: str | os.PathLike[str], root: Path) -> str:
     digest = h.hexdigest()
     write_text_atomic(memo, digest + "\n")
     return digest
+
+
+def source_digests(files: dict[str, str | None], root: Path) -> dict[str, str]:
+    """:func:`content_digest` of each named file that is given (``None``: left out)."""
+    return {name: content_digest(path, root) for name, path in files.items() if path}
 
 
 def _sample_hash(path: Path) -> str:
@@ -143,6 +155,121 @@ class TokenCache:
         """``int64`` start of every example of ``split`` in :meth:`tokens`, then the end."""
         return np.load(self.folder / f"{split}.offsets.npy", mmap_mode="r")
 
+    def rows(self, split: str) -> CachedRows:
+        """The examples of ``split`` as a lazy sequence of ``list[int]``."""
+        return CachedRows(self.folder / f"{split}.tokens", self.folder / f"{split}.offsets.npy", self.dtype)
+
+    def texts(self, name: str) -> CachedTexts:
+        """The texts written with :meth:`CacheWriter.add_texts` as a lazy sequence of ``str``."""
+        return CachedTexts(self.folder / f"{name}.text", self.folder / f"{name}.text_offsets.npy")
+
+    def array(self, name: str) -> np.ndarray:
+        """The array saved with :meth:`CacheWriter.save_array`, memory-mapped read-only."""
+        return np.load(self.folder / f"{name}.npy", mmap_mode="r")
+
+
+class LazySequence(Sequence[Any]):
+    """A read-only sequence read from files on demand; compares equal to any sequence with the same
+    items, and ``+`` gives a list (as the in-memory lists it replaces). Files are opened lazily in
+    each process (DataLoader workers open their own)."""
+
+    def _get(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def _check(self, index: int) -> int:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} out of range [0, {n})")
+        return index % n if n else index
+
+    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self._get(i) for i in range(*index.indices(len(self)))]
+        return self._get(self._check(int(index)))
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._get(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
+            return False
+        return all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Sequence[Any]) -> list[Any]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[Any]) -> list[Any]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} items)"
+
+
+class CachedRows(LazySequence):
+    """Item ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` as a ``list[int]``."""
+
+    def __init__(self, tokens: Path, offsets: Path, dtype: np.dtype) -> None:
+        self.tokens_path, self.offsets_path, self.dtype = tokens, offsets, np.dtype(dtype)
+        self.offsets = np.load(offsets, mmap_mode="r")
+        self._tokens: np.ndarray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "offsets": None, "_tokens": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.offsets = np.load(self.offsets_path, mmap_mode="r")
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """All the token ids, memory-mapped."""
+        if self._tokens is None:
+            empty = self.tokens_path.stat().st_size == 0
+            self._tokens = np.zeros(0, self.dtype) if empty else np.memmap(self.tokens_path, self.dtype, mode="r")
+        return self._tokens
+
+    def lengths(self) -> np.ndarray:
+        """``int64`` length of every row."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _get(self, index: int) -> list[int]:
+        return self.tokens[int(self.offsets[index]) : int(self.offsets[index + 1])].tolist()
+
+
+class CachedTexts(LazySequence):
+    """Item ``i`` is the ``i``-th UTF-8 text of a text file cut at byte ``offsets``."""
+
+    def __init__(self, path: Path, offsets: Path) -> None:
+        self.path, self.offsets_path = path, offsets
+        self.offsets = np.load(offsets, mmap_mode="r")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "offsets": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.offsets = np.load(self.offsets_path, mmap_mode="r")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _get(self, index: int) -> str:
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        with self.path.open("rb") as f:
+            f.seek(start)
+            return f.read(end - start).decode("utf-8")
+
+    def __iter__(self) -> Iterator[str]:
+        with self.path.open("rb") as f:
+            for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist()):
+                f.seek(start)
+                yield f.read(end - start).decode("utf-8")
+
 
 class CacheWriter:
     """Appends examples to the split files of a new entry (in a temporary folder)."""
@@ -154,6 +281,9 @@ class CacheWriter:
         self._files = {s: (folder / f"{s}.tokens").open("wb") for s in self.splits}
         self._lengths: dict[str, list[np.ndarray]] = {s: [] for s in self.splits}
         self.sizes = dict.fromkeys(self.splits, 0)
+        self._texts: dict[str, Any] = {}
+        self._text_lengths: dict[str, list[int]] = {}
+        self._arrays: list[str] = []
 
     def add(self, split: str, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append examples: their ``tokens`` concatenated, and each example's length."""
@@ -164,24 +294,57 @@ class CacheWriter:
         self._lengths[split].append(np.asarray(lengths, dtype=np.int64))
         self.sizes[split] += int(tokens.size)
 
+    def add_rows(self, split: str, rows: Sequence[Sequence[int]]) -> None:
+        """Append examples given as lists of token ids."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter((t for row in rows for t in row), dtype=np.int64, count=int(lengths.sum()))
+        self.add(split, flat, lengths)
+
+    def add_texts(self, name: str, texts: Iterable[str]) -> None:
+        """Append ``texts`` to ``<name>.text`` (read back with :meth:`TokenCache.texts`)."""
+        if name not in self._texts:
+            self._texts[name] = (self.folder / f"{name}.text").open("wb")
+            self._text_lengths[name] = []
+        f, lengths = self._texts[name], self._text_lengths[name]
+        for text in texts:
+            raw = text.encode("utf-8")
+            f.write(raw)
+            lengths.append(len(raw))
+
+    def save_array(self, name: str, array: np.ndarray) -> None:
+        """Save a small array as ``<name>.npy`` (read back with :meth:`TokenCache.array`)."""
+        np.save(self.folder / f"{name}.npy", np.asarray(array))
+        self._arrays.append(f"{name}.npy")
+
     def finish(self, meta: dict[str, Any]) -> None:
         """Close the files, write the offsets and, last, the manifest."""
-        files: dict[str, dict[str, Any]] = {}
+        names: list[str] = []
         for split in self.splits:
             self._files[split].close()
             lengths = np.concatenate(self._lengths[split]) if self._lengths[split] else np.zeros(0, np.int64)
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            np.save(self.folder / f"{split}.offsets.npy", offsets)
-            for name in (f"{split}.tokens", f"{split}.offsets.npy"):
-                path = self.folder / name
-                files[name] = {"size": path.stat().st_size, "hash": _sample_hash(path)}
+            np.save(self.folder / f"{split}.offsets.npy", _offsets(lengths))
+            names += [f"{split}.tokens", f"{split}.offsets.npy"]
+        for name, f in self._texts.items():
+            f.close()
+            np.save(self.folder / f"{name}.text_offsets.npy", _offsets(np.asarray(self._text_lengths[name], np.int64)))
+            names += [f"{name}.text", f"{name}.text_offsets.npy"]
+        files: dict[str, dict[str, Any]] = {}
+        for name in names + self._arrays:
+            path = self.folder / name
+            files[name] = {"size": path.stat().st_size, "hash": _sample_hash(path)}
         manifest = {"version": FORMAT_VERSION, "dtype": self.dtype.name, "files": files, "meta": meta}
         write_json_atomic(self.folder / MANIFEST, manifest)
 
     def abort(self) -> None:
-        for f in self._files.values():
+        for f in [*self._files.values(), *self._texts.values()]:
             f.close()
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    """``int64`` starts of consecutive pieces of ``lengths``, then the end."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 def open_or_build(folder: Path, build: Callable[[Path], None]) -> TokenCache:

@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from attnkit.data.base import DataConfig, SplitDataModule
 from attnkit.data.cache import (
+    CachedTexts,
     CacheWriter,
     TokenCache,
     cache_root,
@@ -176,26 +177,6 @@ class PackedBlocks(Dataset):
         return inputs[0], targets[0]
 
 
-class CachedDocuments(Sequence[str]):
-    """The documents of a split, read one by one from the cache's UTF-8 text file."""
-
-    def __init__(self, cache: TokenCache, split: str) -> None:
-        self.path = cache.folder / f"{split}.text"
-        self.offsets = np.load(cache.folder / f"{split}.text_offsets.npy", mmap_mode="r")
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, index: int) -> str:  # type: ignore[override]
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"document {index} out of range [0, {len(self)})")
-        index %= len(self)
-        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        with self.path.open("rb") as f:
-            f.seek(start)
-            return f.read(end - start).decode("utf-8")
-
-
 # ====================================================================== data module
 class LanguageModelDataModule(SplitDataModule):
     """Train/val/test blocks of ``block`` tokens (the model's context ``max_len``), read from the
@@ -238,7 +219,7 @@ class LanguageModelDataModule(SplitDataModule):
         self.test_only = test_only
         self._tokenizer = tokenizer
         self.cache: TokenCache | None = None
-        self.documents: dict[str, CachedDocuments] = {}
+        self.documents: dict[str, CachedTexts] = {}
         self.datasets: dict[str, PackedBlocks] = {}
 
     @classmethod
@@ -362,7 +343,7 @@ class LanguageModelDataModule(SplitDataModule):
             self._tokenizer = tokenizer_from_dict(self.cache.meta["tokenizer"])
         for split in SPLITS:
             self.datasets[split] = PackedBlocks(self.cache.folder / f"{split}.tokens", self.cache.dtype, self.block)
-            self.documents[split] = CachedDocuments(self.cache, split)
+            self.documents[split] = self.cache.texts(split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:

@@ -19,12 +19,25 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import DataConfig, SplitDataModule, process_shard
+from attnkit.data.base import DataConfig, SplitDataModule, chunks, process_shard
+from attnkit.data.cache import (
+    CachedRows,
+    CachedTexts,
+    CacheWriter,
+    LazySequence,
+    TokenCache,
+    cache_root,
+    entry_key,
+    open_or_build,
+    source_digests,
+    token_dtype,
+)
 from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
 from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pair_rows, read_pairs
 from attnkit.data.splits import SPLITS, group_split
@@ -45,6 +58,24 @@ __all__ = [
     "spanish_number",
     "split_pairs",
 ]
+
+
+_CHUNK = 16384  # pairs encoded at once when building the cache
+# the config fields that change a pairs file's encoded splits (the cache key)
+_ENCODING_FIELDS = {
+    "reverse",
+    "lowercase",
+    "group_column",
+    "skip_bad_lines",
+    "tokenizer",
+    "shared_vocab",
+    "vocab_size",
+    "min_freq",
+    "max_len",
+    "val_fraction",
+    "test_fraction",
+    "seed",
+}
 
 
 # ====================================================================== config
@@ -83,6 +114,7 @@ class PairsDataConfig(DataConfig):
     num_pairs: int = Field(24000, gt=0, description="built-in data: number of distinct pairs")
     sentence_fraction: float = Field(0.5, ge=0.0, le=1.0, description="built-in data: share of short sentences")
     batch_by_length: bool = Field(True, description="training batches of similar lengths (less padding)")
+    cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
 
     @model_validator(mode="after")
     def _check(self) -> PairsDataConfig:
@@ -149,6 +181,50 @@ class EncodedPairs(Dataset):
 
     def __getitem__(self, index: int) -> tuple[list[int], list[int], int]:
         return self.src[index], self.tgt[index], index
+
+    def lengths(self) -> list[int]:
+        """Source + target tokens of every pair (what length-bucketed batches sort by)."""
+        return [len(s) + len(t) for s, t in zip(self.src, self.tgt)]
+
+
+class CachedPairs(EncodedPairs):
+    """:class:`EncodedPairs` read from the token cache: ``src``/``tgt`` are lazy sequences of the
+    memory-mapped ids, ``refs`` of the cached target texts."""
+
+    src: CachedRows
+    tgt: CachedRows
+
+    def lengths(self) -> list[int]:
+        return (self.src.lengths() + self.tgt.lengths()).tolist()
+
+
+class _Pairs(LazySequence):
+    """``(source, target)`` text pairs read lazily from two cached text files."""
+
+    def __init__(self, sources: CachedTexts, targets: CachedTexts) -> None:
+        self.sources, self.targets = sources, targets
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def _get(self, index: int) -> Pair:
+        return self.sources[index], self.targets[index]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return zip(self.sources, self.targets)
+
+
+class _Picked(LazySequence):
+    """Items ``index`` of a sequence."""
+
+    def __init__(self, items: Sequence[Any], index: np.ndarray) -> None:
+        self.items, self.index = items, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _get(self, index: int) -> Any:
+        return self.items[int(self.index[index])]
 
 
 TranslationBatch = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
@@ -220,6 +296,14 @@ class PairsDataModule(SplitDataModule):
     on the *training* split only (one shared by both languages, or one per language) unless they
     come from a checkpoint (:meth:`from_artifacts`), and encodes every split.
 
+    A pairs file source (with its ``val_source``/``test_source``) goes through the token cache
+    (:mod:`attnkit.data.cache`): ``prepare_data()`` (one process per node under DDP) does the above
+    once, in batches, into a cache entry (per split: memory-mapped source and target ids with their
+    offsets, the pairs' texts, the indices of the training pairs kept), ``setup()`` opens it, and a
+    second run on the same files and config reuses it. The datasets read their pairs from the
+    memory map; ``splits`` and ``refs`` are lazy sequences of the cached texts. The built-in
+    ``numbers`` data (generated, small) and :meth:`for_test_file`'s pairs are encoded in memory.
+
     Lengths: a training pair with more than ``max_len`` tokens on either side is left out (a cut
     translation would teach wrong output); a warning counts them. Validation and test pairs are
     all kept: their token ids are cut to ``max_len`` for the teacher-forced loss (a warning counts
@@ -242,6 +326,8 @@ class PairsDataModule(SplitDataModule):
         self.splits: PairSplits | None = None
         self.datasets: dict[str, EncodedPairs] = {}
         self.dropped: dict[str, int] = {}
+        self.cache: TokenCache | None = None
+        self._folder: Path | None = None
 
     @classmethod
     def from_artifacts(
@@ -274,15 +360,56 @@ class PairsDataModule(SplitDataModule):
             rows = read_pair_rows(path or cfg.source, skip_bad_lines=cfg.skip_bad_lines, group_column=group_column)
             pairs = [(s, t) for s, t, _ in rows]
             groups = [g for _, _, g in rows] if group_column is not None else None  # type: ignore[misc]
+            del rows  # its tuples: not needed at once with the pairs' (1 M pairs: 70 MB)
         if cfg.lowercase:
             pairs = [(s.lower(), t.lower()) for s, t in pairs]
         if cfg.reverse:
             pairs = [(t, s) for s, t in pairs]
         return pairs, groups
 
+    # -------------------------------------------------------------- the cache
+    def cached(self) -> bool:
+        """Whether this data goes through the token cache (a pairs file source)."""
+        return self.cfg.source != BUILTIN_SOURCE
+
+    def cache_folder(self) -> Path:
+        """Where this data's cache entry is: its key hashes the pairs files' contents, the
+        tokenizers (or the options they are built with) and the data config fields that change
+        the encoded splits."""
+        if self._folder is None:
+            c = self.cfg
+            root = cache_root(c.cache_dir)
+            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
+            config = c.model_dump(include=_ENCODING_FIELDS)
+            if self._tokenizers is not None:
+                src, tgt = self._tokenizers
+                config["tokenizers"] = [entry_key(src.to_dict()), None if tgt is src else entry_key(tgt.to_dict())]
+                for name in ("tokenizer", "shared_vocab", "vocab_size", "min_freq"):
+                    config.pop(name)
+            self._folder = root / "translate" / entry_key({"sources": sources, "config": config, "format": 1})
+        return self._folder
+
+    def prepare_data(self) -> None:
+        """A pairs file source: build the token cache unless it exists (nothing is downloaded)."""
+        if self.cached():
+            self.cache = open_or_build(self.cache_folder(), self._build_cache)
+
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
+        if self.cached():
+            if self.cache is None:
+                self.prepare_data()
+            self._open_cache()
+        else:
+            splits, self._tokenizers = self._load()
+            self.splits = splits
+            for split in SPLITS:
+                self._encode(split, getattr(splits, split))
+        self._warn_lengths()
+
+    def _load(self) -> tuple[PairSplits, tuple[Tokenizer, Tokenizer]]:
+        """The split pairs, and the tokenizers (built on the training split unless given)."""
         cfg = self.cfg
         pairs, groups = self.load_pairs()
         given = {
@@ -293,45 +420,100 @@ class PairsDataModule(SplitDataModule):
         val_fraction = 0.0 if "val" in given else cfg.val_fraction
         test_fraction = 0.0 if "test" in given else cfg.test_fraction
         splits = split_pairs(pairs, val_fraction, test_fraction, cfg.seed, groups=groups)
+        del pairs, groups
         for split, split_pairs_ in given.items():
             setattr(splits, split, list(dict.fromkeys(split_pairs_)))
         if not splits.train:
             raise ValueError(f"data.source={cfg.source!r}: the training split is empty")
-        if self._tokenizers is None:
-            self._tokenizers = self._build_tokenizers(splits.train)
-        self.splits = splits
-        for split in ("train", "val", "test"):
-            self._encode(split, getattr(splits, split))
-        if not self.datasets["train"].src:
+        return splits, self._tokenizers or self._build_tokenizers(splits.train)
+
+    def _warn_lengths(self) -> None:
+        cfg = self.cfg
+        if not len(self.datasets["train"]):
             raise ValueError(f"data: every training pair is longer than data.max_len={cfg.max_len}; raise it")
         if self.dropped["train"]:
+            assert self.splits is not None
             warnings.warn(
-                f"data: left out {self.dropped['train']} of {len(splits.train)} training pairs longer than "
+                f"data: left out {self.dropped['train']} of {len(self.splits.train)} training pairs longer than "
                 f"data.max_len={cfg.max_len} tokens",
-                stacklevel=2,
+                stacklevel=3,
             )
         cut = self.dropped["val"] + self.dropped["test"]
         if cut:
             warnings.warn(
                 f"data: {cut} validation/test pairs are longer than data.max_len={cfg.max_len} tokens; their loss "
                 "uses the first max_len tokens, BLEU the whole reference",
-                stacklevel=2,
+                stacklevel=3,
             )
 
-    def _encode(self, split: str, pairs: list[Pair]) -> None:
-        """Encode ``pairs`` as ``datasets[split]``; training pairs over ``max_len`` are left out, others cut."""
+    def _encode_pairs(
+        self, pairs: Sequence[Pair], train: bool
+    ) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+        """``(source ids + EOS, BOS + target ids + EOS, indices kept, pairs over max_len)``: with
+        ``train`` pairs over ``max_len`` tokens are left out, else cut (batched ``encode_batch``,
+        the same ids as ``encode`` one by one)."""
         cfg = self.cfg
         src_tok, tgt_tok = self.tokenizers
-        src = [src_tok.encode(s) for s, _ in pairs]
-        tgt = [tgt_tok.encode(t) for _, t in pairs]
+        src = src_tok.encode_batch([s for s, _ in pairs])
+        tgt = tgt_tok.encode_batch([t for _, t in pairs])
         too_long = [max(len(s), len(t)) > cfg.max_len for s, t in zip(src, tgt)]
-        self.dropped[split] = sum(too_long)
-        if split == "train":
-            keep = [i for i, long in enumerate(too_long) if not long]
-            src, tgt, pairs = [src[i] for i in keep], [tgt[i] for i in keep], [pairs[i] for i in keep]
+        keep = [i for i, long in enumerate(too_long) if not (train and long)]
+        if len(keep) < len(pairs):
+            src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
         src = [[*s[: cfg.max_len], EOS_ID] for s in src]
         tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
-        self.datasets[split] = EncodedPairs(src, tgt, [t for _, t in pairs])
+        return src, tgt, keep, sum(too_long)
+
+    def _encode(self, split: str, pairs: list[Pair]) -> None:
+        """Encode ``pairs`` as ``datasets[split]`` in memory (see :meth:`_encode_pairs`)."""
+        src, tgt, keep, self.dropped[split] = self._encode_pairs(pairs, split == "train")
+        self.datasets[split] = EncodedPairs(src, tgt, [pairs[i][1] for i in keep])
+
+    def _build_cache(self, folder: Path) -> None:
+        splits, self._tokenizers = self._load()
+        src_tok, tgt_tok = self._tokenizers
+        streams = [f"{split}.{side}" for split in SPLITS for side in ("src", "tgt")]
+        writer = CacheWriter(folder, streams, token_dtype(max(src_tok.vocab_size, tgt_tok.vocab_size)))
+        dropped = dict.fromkeys(SPLITS, 0)
+        try:
+            for split in SPLITS:
+                pairs = getattr(splits, split)
+                kept: list[np.ndarray] = [np.zeros(0, np.int64)]
+                writer.add_texts(f"{split}.source", ())  # an empty split has empty files too
+                writer.add_texts(f"{split}.target", ())
+                for start, batch in zip(range(0, len(pairs), _CHUNK), chunks(pairs, _CHUNK)):
+                    src, tgt, keep, n_long = self._encode_pairs(batch, split == "train")
+                    dropped[split] += n_long
+                    writer.add_rows(f"{split}.src", src)
+                    writer.add_rows(f"{split}.tgt", tgt)
+                    writer.add_texts(f"{split}.source", (s for s, _ in batch))
+                    writer.add_texts(f"{split}.target", (t for _, t in batch))
+                    kept.append(start + np.asarray(keep, dtype=np.int64))
+                writer.save_array(f"{split}.kept", np.concatenate(kept))
+                if split == "train" and dropped[split] == len(pairs):
+                    raise ValueError(
+                        f"data: every training pair is longer than data.max_len={self.cfg.max_len}; raise it"
+                    )
+        except BaseException:
+            writer.abort()
+            raise
+        meta = {**self.artifacts(), "dropped": dropped}
+        writer.finish(meta)
+
+    def _open_cache(self) -> None:
+        cache = self.cache
+        assert cache is not None
+        if self._tokenizers is None:
+            self._tokenizers = tokenizers_from_artifacts(cache.meta)
+        self.dropped = {split: int(n) for split, n in cache.meta["dropped"].items()}
+        parts = {}
+        for split in SPLITS:
+            sources, targets = cache.texts(f"{split}.source"), cache.texts(f"{split}.target")
+            parts[split] = _Pairs(sources, targets)
+            kept = cache.array(f"{split}.kept")
+            refs = targets if len(kept) == len(targets) else _Picked(targets, kept)
+            self.datasets[split] = CachedPairs(cache.rows(f"{split}.src"), cache.rows(f"{split}.tgt"), refs)
+        self.splits = PairSplits(**parts)
 
     def _build_tokenizers(self, train: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
         cfg = self.cfg
@@ -349,7 +531,7 @@ class PairsDataModule(SplitDataModule):
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0, collate_fn=collate_pairs
         )
         if shuffle and self.cfg.batch_by_length:
-            lengths = [len(s) + len(t) for s, t in zip(dataset.src, dataset.tgt)]
+            lengths = dataset.lengths()
             world, rank = process_shard(self)
             batches = _LengthBatches(lengths, self.batch_size, self.cfg.seed, num_replicas=world, rank=rank)
             return DataLoader(dataset, batch_sampler=batches, **common)

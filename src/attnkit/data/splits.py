@@ -95,6 +95,11 @@ def group_split(
     above 0 always gets at least one group when there are more groups than parts; otherwise a
     ``ValueError`` says that there are too few groups. Deterministic in ``seed``.
     """
+    if not isinstance(groups, np.ndarray) and all(isinstance(g, str) for g in groups):
+        # strings as their rank in sorted order (what np.unique numbers them by): a numpy string
+        # array would take 4 bytes per character of the longest group for every example
+        rank = {g: i for i, g in enumerate(sorted(set(groups)))}
+        groups = np.fromiter((rank[g] for g in groups), dtype=np.int64, count=len(groups))
     groups = np.asarray(groups)
     n = len(groups)
     if groups.ndim != 1:

@@ -16,15 +16,26 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from attnkit.data.base import DataConfig, SplitDataModule
+from attnkit.data.base import DataConfig, SplitDataModule, chunks
+from attnkit.data.cache import (
+    CachedRows,
+    CacheWriter,
+    TokenCache,
+    cache_root,
+    entry_key,
+    open_or_build,
+    source_digests,
+    token_dtype,
+)
 from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column, read_table
-from attnkit.data.splits import group_split, stratified_split
+from attnkit.data.splits import SPLITS, group_split, stratified_split
 from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
@@ -36,6 +47,7 @@ __all__ = [
     "TextClassificationDataModule",
     "TextSplits",
     "collate_text_batch",
+    "encode_texts",
     "generate_synthetic_corpus",
     "load_imdb",
     "load_splits",
@@ -74,6 +86,8 @@ class ClassifyDataConfig(DataConfig):
         test_fraction: share held out for test, only when the source has no test split.
         seed: seeds the splits, the synthetic corpus and the training-set shuffling.
         synthetic_size: documents in the built-in corpus.
+        cache_dir: where a table source's encoded splits are cached (default ``$ATTNKIT_CACHE`` or
+            ``~/.cache/attnkit``; see :mod:`attnkit.data.cache`).
     """
 
     source: str = Field("synthetic", min_length=1)
@@ -89,6 +103,7 @@ class ClassifyDataConfig(DataConfig):
     test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     seed: int = 42
     synthetic_size: int = Field(6000, ge=4)
+    cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
 
     @model_validator(mode="after")
     def _check(self) -> ClassifyDataConfig:
@@ -329,7 +344,7 @@ class EncodedTextDataset(Dataset):
 
     def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
         if len(ids) != len(labels):
-            raise ValueError(f"EncodedTextDataset: {len(ids)} sequences but {len(labels)} labels")
+            raise ValueError(f"{type(self).__name__}: {len(ids)} sequences but {len(labels)} labels")
         self.ids = ids
         self.labels = labels
 
@@ -338,6 +353,31 @@ class EncodedTextDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[list[int], int]:
         return self.ids[index], self.labels[index]
+
+
+class CachedTextDataset(EncodedTextDataset):
+    """Texts encoded in the token cache: item ``i`` is ``(ids: list[int], label: int)``, read from
+    the memory-mapped split (``ids`` is the lazy sequence of every text's ids)."""
+
+    ids: CachedRows
+
+
+ENCODE_BATCH = 4096  # texts per Hugging Face encode_batch call
+
+
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    """Every text's ids, at most ``max_len`` (cut at the end); a text with no token is ``[unk_id]``
+    (no row is fully masked). The same ids as ``tokenizer.encode(text, max_len)`` one by one (tested),
+    in parallel batches (Hugging Face ``encode_batch``) except for pretrained tokenizers, whose
+    special tokens are added after the cut."""
+    out: list[list[int]] = []
+    for batch in chunks(texts, ENCODE_BATCH):
+        if tokenizer.kind == "pretrained":
+            encoded = [tokenizer.encode(t, max_len) for t in batch]
+        else:
+            encoded = [ids[:max_len] for ids in tokenizer.encode_batch(list(batch))]
+        out += [ids if ids else [tokenizer.unk_id] for ids in encoded]
+    return out
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -370,6 +410,14 @@ class TextClassificationDataModule(SplitDataModule):
     no row is fully masked. Batches: ``(ids [B, T] int64, mask [B, T] bool, labels [B] int64)``,
     ``T`` = longest sequence in the batch, ``mask`` True at real tokens, ``ids == pad_id`` elsewhere.
 
+    A table source (csv/tsv/jsonl, with its ``val_source``/``test_source``) goes through the token
+    cache (:mod:`attnkit.data.cache`): ``prepare_data()`` (one process per node under DDP) splits
+    and encodes it once into a cache entry (per split: memory-mapped token ids and offsets, the
+    texts, the labels as ``.npy``), ``setup()`` opens it, and a second run on the same files and
+    config reuses it. The datasets read their examples from the memory map, and ``splits`` holds
+    lazy sequences of the cached texts. The built-in synthetic corpus and aclImdb folders (small)
+    are encoded in memory on every run, as are :meth:`for_test_file`'s texts.
+
     With ``label_names`` given, the data's labels are mapped to those ids by name (all of the
     data's label names must be among them).
 
@@ -401,7 +449,9 @@ class TextClassificationDataModule(SplitDataModule):
         self._tokenizer = tokenizer
         self._label_names = [str(n) for n in label_names] if label_names is not None else None
         self.splits: TextSplits | None = None
-        self.datasets: dict[str, EncodedTextDataset] = {}
+        self.datasets: dict[str, EncodedTextDataset | CachedTextDataset] = {}
+        self.cache: TokenCache | None = None
+        self._folder: Path | None = None
 
     @classmethod
     def from_artifacts(
@@ -431,12 +481,46 @@ class TextClassificationDataModule(SplitDataModule):
         return dm
 
     # -------------------------------------------------------------- lightning hooks
+    def cached(self) -> bool:
+        """Whether this data goes through the token cache (a table source)."""
+        return source_kind(self.cfg.source) == "table"
+
+    def cache_folder(self) -> Path:
+        """Where this data's cache entry is: its key hashes the table files' contents, the
+        tokenizer (or the options it is built with), the given label names and the data config
+        fields that change the encoded splits."""
+        if self._folder is None:
+            c = self.cfg
+            root = cache_root(c.cache_dir)
+            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
+            config = c.model_dump(exclude={"source", "val_source", "test_source", "cache_dir", "synthetic_size"})
+            if self._tokenizer is not None:
+                config["tokenizer"] = entry_key(self._tokenizer.to_dict())
+                config.pop("vocab_size"), config.pop("min_freq")
+            config["label_names"] = self._label_names
+            self._folder = root / "classify" / entry_key({"sources": sources, "config": config, "format": 1})
+        return self._folder
+
     def prepare_data(self) -> None:
-        """Nothing to download."""
+        """A table source: build the token cache unless it exists (nothing is downloaded)."""
+        if self.cached():
+            self.cache = open_or_build(self.cache_folder(), self._build_cache)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
+        if self.cached():
+            if self.cache is None:
+                self.prepare_data()
+            self._open_cache()
+            return
+        splits, self._tokenizer = self._load()
+        self._label_names = list(splits.label_names)
+        self.splits = splits
+        self._encode_all()
+
+    def _load(self) -> tuple[TextSplits, Tokenizer]:
+        """The checked splits, and the tokenizer (built on the training texts unless given)."""
         splits = load_splits(self.cfg)
         if not splits.train_texts:
             raise ValueError(f"data.source={self.cfg.source!r}: the training split is empty")
@@ -445,20 +529,48 @@ class TextClassificationDataModule(SplitDataModule):
         num_classes = len(splits.label_names)
         if num_classes < 2:
             raise ValueError(f"data.source={self.cfg.source!r}: need at least 2 classes, found {splits.label_names!r}")
-        for split in ("train", "val", "test"):
+        for split in SPLITS:
             for i, y in enumerate(getattr(splits, f"{split}_labels")):
                 if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < num_classes:
                     raise ValueError(
                         f"{split} label {y!r} at index {i} is out of range [0, {num_classes}) "
                         f"(label_names={splits.label_names!r})"
                     )
-        if self._tokenizer is None:
-            self._tokenizer = build_tokenizer(
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            tokenizer = build_tokenizer(
                 "text", splits.train_texts, vocab_size=self.cfg.vocab_size, min_freq=self.cfg.min_freq
             )
-        self._label_names = list(splits.label_names)
-        self.splits = splits
-        self._encode_all()
+        return splits, tokenizer
+
+    def _build_cache(self, folder: Path) -> None:
+        splits, tokenizer = self._load()
+        writer = CacheWriter(folder, SPLITS, token_dtype(tokenizer.vocab_size))
+        try:
+            for split in SPLITS:
+                texts = getattr(splits, f"{split}_texts")
+                writer.add_texts(split, ())  # an empty split has an empty file too
+                for batch in chunks(texts, 16 * ENCODE_BATCH):
+                    writer.add_rows(split, encode_texts(tokenizer, batch, self.cfg.max_len))
+                    writer.add_texts(split, batch)
+                writer.save_array(f"{split}.labels", np.asarray(getattr(splits, f"{split}_labels"), dtype=np.int64))
+        except BaseException:
+            writer.abort()
+            raise
+        writer.finish({"tokenizer": tokenizer.to_dict(), "label_names": list(splits.label_names)})
+
+    def _open_cache(self) -> None:
+        cache = self.cache
+        assert cache is not None
+        if self._tokenizer is None:
+            self._tokenizer = tokenizer_from_dict(cache.meta["tokenizer"])
+        self._label_names = [str(n) for n in cache.meta["label_names"]]
+        parts: list[Any] = []
+        for split in SPLITS:
+            labels = cache.array(f"{split}.labels").tolist()
+            self.datasets[split] = CachedTextDataset(cache.rows(split), labels)
+            parts += [cache.texts(split), labels]
+        self.splits = TextSplits(*parts, label_names=list(self._label_names))
 
     def _encode_all(self) -> None:
         assert self.splits is not None
@@ -466,16 +578,11 @@ class TextClassificationDataModule(SplitDataModule):
             split: EncodedTextDataset(
                 self._encode_many(getattr(self.splits, f"{split}_texts")), list(getattr(self.splits, f"{split}_labels"))
             )
-            for split in ("train", "val", "test")
+            for split in SPLITS
         }
 
     def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        tok = self.tokenizer
-        out = []
-        for text in texts:
-            ids = tok.encode(text, self.cfg.max_len)
-            out.append(ids if ids else [tok.unk_id])
-        return out
+        return encode_texts(self.tokenizer, texts, self.cfg.max_len)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
@@ -493,6 +600,12 @@ class TextClassificationDataModule(SplitDataModule):
         changed = tokenizer != self._tokenizer or label_names != self._label_names or max_len != self.cfg.max_len
         if max_len != self.cfg.max_len:
             self.cfg = self.cfg.model_copy(update={"max_len": max_len})
+        if self.cache is not None:  # cached splits: reopened (built first when new) with these artifacts
+            self._tokenizer, self._label_names = tokenizer, label_names
+            if changed:
+                self.splits, self.cache, self._folder, self.datasets = None, None, None, {}
+                self.setup()
+            return
         if self.splits is not None:
             self.splits = _remap_labels(self.splits, label_names)
         self._tokenizer, self._label_names = tokenizer, label_names
