@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 EXTRAS ?= dev
 
-.PHONY: setup browser postgres train test lint bench
+.PHONY: setup browser postgres train test lint bench docs
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,12 +36,20 @@ postgres:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "note: no PostgreSQL found and cannot install it; the shared-study test on PostgreSQL will not run"; fi; }
 
+# The test suite; tests/docs also builds the documentation site (executing every tutorial notebook)
+# and opens each of its pages in headless Chromium.
 test: setup browser postgres
 	$(PY) -m pytest -q
 
+# The documentation site, built offline with warnings as errors (every tutorial is executed on the
+# way), then every page opened in headless Chromium. Open build/docs/html/index.html.
+docs: setup browser
+	$(PY) -m sphinx -W --keep-going -b html docs build/docs/html -d build/docs/doctrees
+	$(PY) docs/check_site.py build/docs/html
+
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs
+	$(VENV)/bin/ruff format --check src tests benchmarks docs
 
 bench: setup
 	$(PY) benchmarks/encoder_block.py

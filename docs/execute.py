@@ -31,7 +31,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def execute(path: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float]:
     """The notebook of ``path`` after running every cell, and the seconds it took."""
     nb = jupytext.read(path)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     client.execute()
     return nb, time.perf_counter() - start

@@ -320,7 +320,9 @@ class _Stack(nn.Module):
 
 
 _STACK_DOC = """
-    Args (besides those of the blocks):
+    Takes the arguments of its blocks, and:
+
+    Args:
         num_layers: number of blocks.
         final_norm: a norm after the last block; by default on for pre-norm stacks (whose blocks leave
             their output un-normalised) and off for post-norm stacks.
