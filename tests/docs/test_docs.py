@@ -18,6 +18,9 @@ sys.path.insert(0, str(DOCS))
 
 from check_site import check_site, find_chromium  # noqa: E402
 
+# The first test to use the site builds it, executing the eight tutorials: allow for a loaded machine.
+pytestmark = pytest.mark.timeout(1800)
+
 TUTORIALS = sorted(p.stem for p in (DOCS / "tutorials").glob("[0-9]*.py"))
 PAGES = ["index", "quickstart", "cli", "tasks/index", "tasks/reverse", "tasks/anomaly", "tasks/classify",
          "tasks/translate", "tasks/lm", "generating", "pretrained", "tuning", "scaling", "performance", "blocks",
