@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
+from check_site import CHROMIUM_ARGS, CHROMIUM_NAMES, find_chromium  # the site check's browser
 
 
 def chromium_binary() -> str:
     """Path of a Chromium-family browser; skips the calling test (saying why) on platforms without one."""
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found:
-            return found
+    found = find_chromium()
+    if found:
+        return found
     reason = f"no Chromium on this platform (looked for {', '.join(CHROMIUM_NAMES)} on PATH): report not opened"
     print(reason)
     pytest.skip(reason)
@@ -28,13 +28,7 @@ def dump_dom(path: Path, profile: Path) -> str:
     cmd = [
         chromium_binary(),
         "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *CHROMIUM_ARGS,
         f"--user-data-dir={profile}",
         "--virtual-time-budget=5000",
         "--dump-dom",
