@@ -5,7 +5,14 @@ study (trials, pruning, storage, workers), :mod:`~attnkit.tuning.results` writes
 the table of trials, the plots and the study report.
 """
 
-from attnkit.tuning.results import write_results
+from attnkit.tuning.results import (
+    param_importances,
+    plot_history,
+    plot_importances,
+    plot_intermediate,
+    trial_rows,
+    write_results,
+)
 from attnkit.tuning.space import SearchSpace, load_space
 from attnkit.tuning.study import PruningCallback, TrialFailed, tune
 from attnkit.tuning.trials import counts_toward_budget
@@ -16,6 +23,11 @@ __all__ = [
     "TrialFailed",
     "counts_toward_budget",
     "load_space",
+    "param_importances",
+    "plot_history",
+    "plot_importances",
+    "plot_intermediate",
+    "trial_rows",
     "tune",
     "write_results",
 ]

@@ -21,7 +21,6 @@ from typing import Any
 
 import optuna
 import yaml
-from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from optuna.trial import FrozenTrial, TrialState
 
@@ -29,9 +28,18 @@ from attnkit.api import build_config
 from attnkit.config import merge
 from attnkit.tuning.space import nested
 from attnkit.tuning.trials import META_ATTR, counts_toward_budget
+from attnkit.viz.figure import Figure
 from attnkit.viz.report import ReportSection, write_report
 
-__all__ = ["best_config", "param_importances", "trial_rows", "write_results"]
+__all__ = [
+    "best_config",
+    "param_importances",
+    "plot_history",
+    "plot_importances",
+    "plot_intermediate",
+    "trial_rows",
+    "write_results",
+]
 
 
 def _label(trial: FrozenTrial) -> str:
