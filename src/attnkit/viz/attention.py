@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from attnkit.tasks import LoadedRun, load_run
 from attnkit.tasks.base import AttentionExample
+from attnkit.viz.figure import Figure
 
 __all__ = [
     "attention_examples",

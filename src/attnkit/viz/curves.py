@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
+
+from attnkit.viz.figure import Figure
 
 __all__ = ["metrics_csv", "plot_training_curves", "read_metrics"]
 

@@ -4,9 +4,9 @@ of the first dimensions (the tutorials' two figures)."""
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from attnkit.nn import sinusoidal_encoding
+from attnkit.viz.figure import Figure
 
 __all__ = ["plot_positional_encoding"]
 

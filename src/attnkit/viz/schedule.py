@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from attnkit.training.schedule import cosine_warmup_factor
 from attnkit.viz.curves import read_metrics
+from attnkit.viz.figure import Figure
 
 __all__ = ["plot_lr_schedule", "plot_run_lr"]
 
