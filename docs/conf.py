@@ -12,6 +12,9 @@ from attnkit import __version__
 
 # One torch thread per notebook kernel (see docs/execute.py): fast and steady on a shared 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# tqdm (imported by Lightning's and Optuna's dependencies) notes in every kernel that ipywidgets is not
+# installed; the site shows no progress bars, so that notice is not shown either.
+os.environ.setdefault("PYTHONWARNINGS", "ignore:IProgress not found")
 
 project = "attnkit"
 author = "attnkit developers"

@@ -26,6 +26,9 @@ TUTORIALS = Path(__file__).resolve().parent / "tutorials"
 # One thread per kernel: the notebooks are checked on a shared 2-core machine, where PyTorch's
 # default of one thread per core slows 5-12x as soon as another process wants a core.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# tqdm (imported by Lightning's and Optuna's dependencies) notes in every kernel that ipywidgets is not
+# installed; the site shows no progress bars, so that notice is not shown either.
+os.environ.setdefault("PYTHONWARNINGS", "ignore:IProgress not found")
 
 
 def execute(path: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float]:
