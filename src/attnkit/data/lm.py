@@ -41,6 +41,7 @@ from attnkit.data.cache import (
     open_or_build,
     token_dtype,
 )
+from attnkit.data.encode import ChunkEncoder, fits
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.readers.text_files import corpus_files, iter_documents, read_corpus, split_documents
 from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
@@ -412,9 +413,13 @@ def _fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarra
     """``docs -> (tokens, lengths)``: each document as ``<bos> ids <eos>``, concatenated.
 
     ``char``: a vectorised lookup of the code points (the same ids as ``tokenizer.encode``, tested;
-    splitting into characters through the tokenizers library runs at well under 1 MB/s). Other
-    kinds: Hugging Face ``encode_batch`` (parallel threads)."""
+    splitting into characters through the tokenizers library runs at well under 1 MB/s). ``word``
+    and ``bpe`` (as :func:`build_tokenizer` makes them): :class:`attnkit.data.encode.ChunkEncoder`
+    (each distinct chunk of text encoded once by Hugging Face, remembered across calls; the same
+    ids, tested). Others: Hugging Face ``encode_batch`` (parallel threads)."""
     dtype = token_dtype(tokenizer.vocab_size)
+    if fits(tokenizer):
+        return ChunkEncoder(tokenizer, dtype)
     if tokenizer.kind == "char":
         table = np.full(0x110000, UNK_ID, dtype=dtype)
         for i, token in enumerate(tokenizer.vocab):
