@@ -256,8 +256,8 @@ plot_attention([w[0]], tokens[0], tokens[0], title="An untrained MultiHeadAttent
 
 # %% [markdown]
 # Each head has its own map because each has its own projections, even before any training (the weights
-# start random, Xavier-initialised). Training makes heads specialise: in the README's figure of a model
-# trained on attnkit's `reverse` task, each output position attends to the mirrored input position.
+# start random, Xavier-initialised). Training makes heads specialise: in a model trained on attnkit's `reverse` task
+# ([tutorial 3](03_reverse.py)), each output position attends to the mirrored input position.
 #
 # ## Attention does not know the order
 #

@@ -75,7 +75,7 @@ result = attnkit.train(
     seed=42,
     data={"train_size": 20_000, "test_size": 2_000},
     optim={"lr": 2e-3},
-    # report=False: skip the run's report.html (see "Looking inside" in the README) to save time.
+    # report=False: skip the run's report.html (see the "Looking inside" page) to save time.
     trainer={"max_epochs": 5, "progress_bar": False, "threads": 1, "log_every_n_steps": 10, "report": False},
 )
 print({name: round(value, 4) for name, value in result.metrics.items()})

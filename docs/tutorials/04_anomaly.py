@@ -118,7 +118,7 @@ result = attnkit.train(
     data=data,
     model={"d_model": 64, "dim_feedforward": 128},
     optim={"lr": 1e-3},
-    # report=False: skip the run's report.html (see "Looking inside" in the README) to save time.
+    # report=False: skip the run's report.html (see the "Looking inside" page) to save time.
     trainer={"max_epochs": 10, "progress_bar": False, "threads": 1, "report": False},
 )
 print({name: round(value, 4) for name, value in result.metrics.items()})

@@ -160,7 +160,7 @@ result = attnkit.train(
     seed=42,
     model={"dropout": 0.0},
     optim={"lr": 3e-3},
-    # report=False: skip the run's report.html (see "Looking inside" in the README) to save time.
+    # report=False: skip the run's report.html (see the "Looking inside" page) to save time.
     trainer={"max_epochs": 6, "batch_size": 64, "progress_bar": False, "threads": 1, "report": False},
 )
 print({name: round(value, 4) for name, value in result.metrics.items()})
