@@ -48,8 +48,8 @@ docs: setup browser
 	$(PY) docs/check_site.py build/docs/html
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks docs
-	$(VENV)/bin/ruff format --check src tests benchmarks docs
+	$(VENV)/bin/ruff check src tests benchmarks docs/*.py docs/tutorials
+	$(VENV)/bin/ruff format --check src tests benchmarks docs/*.py docs/tutorials
 
 bench: setup
 	$(PY) benchmarks/encoder_block.py
