@@ -81,10 +81,17 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        # The browser drops connections it no longer needs (a page closed while a request ran).
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextmanager
 def serve(root: Path) -> Iterator[str]:
     """Serve ``root`` over HTTP on 127.0.0.1 (a free port) while the block runs; yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
+    server = _Server(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
