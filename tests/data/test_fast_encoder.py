@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
+import attnkit.data.encode as encode_module
 from attnkit.data.cache import token_dtype
-from attnkit.data.encode import ChunkEncoder, fits
+from attnkit.data.encode import ChunkEncoder, _merge_unsafe_cuts, fits
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm import _fast_encoder
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
@@ -123,6 +124,22 @@ def test_edge_documents(kind: str):
     long_docs = [_ascii_doc(random.Random(i)) * 50 for i in range(20)]  # long documents, long chunks
     _check(encode, tok, long_docs)
     _check(encode, tok, long_docs[::-1])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_text_holding_every_mark_character(kind: str, monkeypatch: pytest.MonkeyPatch):
+    """The safe spaces are marked with a character the text does not hold; a text holding all of
+    them is split at every space and the chunks around the unsafe spaces joined again."""
+    merged = []
+    monkeypatch.setattr(encode_module, "_merge_unsafe_cuts", lambda *a: merged.append(1) or _merge_unsafe_cuts(*a))
+    tok = _tokenizer(kind)
+    marks = "".join(map(chr, range(1, 32)))
+    docs = [marks, "a\t b  c d", " x\n y z\x1c w", "q " + marks + " r  ", "é s t", "", "x  "]
+    for encoder in _encoders(kind):
+        _check(encoder, tok, docs)
+        _check(encoder, tok, [d for d in docs if marks not in d])  # marked with a free one
+    assert len(merged) == 3
+    _check(ChunkEncoder(tok, token_dtype(tok.vocab_size)), tok, [d + " " + marks + " e" for d in ASCII_PIECES])
 
 
 @pytest.mark.parametrize("kind", KINDS)

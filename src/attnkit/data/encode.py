@@ -7,7 +7,9 @@ is cut into *chunks* at spaces where a piece certainly starts; each distinct chu
 and remembered across calls (a table row of ids), and the stream is gathered from the table with
 NumPy. A new chunk's ids come from the Hugging Face tokenizer itself: an ASCII chunk is split into
 pieces by :data:`PIECES` (the same split as the tokenizer's on ASCII text) and each distinct piece
-is encoded by Hugging Face once; any other chunk is encoded whole by Hugging Face.
+is encoded by Hugging Face once and remembered (a second table, gathered from the same way); any
+other chunk is encoded whole by Hugging Face. The new ASCII chunks of a call that end in ``!`` to
+``~`` are split in one ``findall`` over their texts joined (see :meth:`ChunkEncoder._encode`).
 
 Why a cut is safe: both patterns make pieces that are either runs of whitespace or hold no
 whitespace except one space in front (`` ?\\p{L}+``, `` ?\\w+(?:'\\w+)*``, ...). A space right after a
@@ -39,6 +41,7 @@ __all__ = ["ChunkEncoder", "fits"]
 
 SEP = "\x00"  # joins the documents of a batch (a batch whose text holds it is encoded the plain way)
 _SPACE, _FIRST, _LAST = 0x20, 0x21, 0x7E  # a space after "!".."~" starts a piece
+_MARKS = [chr(c) for c in range(1, 32)]  # marks the safe spaces: one the text does not hold
 _WS = r"\t\n\x0b\x0c\r "  # \s of Oniguruma (Hugging Face's regex engine) on ASCII text: not \x1c-\x1f
 #: The pre-tokenizers' patterns on ASCII text, for Python's re: GPT-2's (``\p{L}`` = ``[A-Za-z]``,
 #: ``\p{N}`` = ``[0-9]``) and WORD_PATTERN (re.ASCII: ``\w`` = ``[A-Za-z0-9_]``, ``\s`` = the same six).
@@ -115,7 +118,7 @@ class ChunkEncoder:
         self.max_chunks, self.max_ids, self.max_chunk_chars = max_chunks, max_ids, max_chunk_chars
         self.bos, self.eos = int(tokenizer.bos_id), int(tokenizer.eos_id)
         self._split = PIECES[tokenizer.kind].findall
-        self._pieces: dict[str, list[int]] = {}  # piece -> ids
+        self._forget_pieces()
         self._keep([], np.empty(0, dtype=np.int64))
 
     def _keep(self, keys: list[str], rows: np.ndarray) -> None:
@@ -135,7 +138,7 @@ class ChunkEncoder:
         text = SEP + f" {SEP}".join(docs)
         if text.count(SEP) != len(docs):  # a document holds SEP itself
             return self._plain(docs)
-        chunks = _merge_unsafe_cuts(text, text.split(" "))
+        chunks = _chunks(text)
         index = self._index
         rows = np.fromiter(map(index.__getitem__, chunks), dtype=np.int64, count=len(chunks))
         del chunks
@@ -160,18 +163,12 @@ class ChunkEncoder:
         return tokens, np.diff(starts, append=tokens.size)
 
     def _learn(self, new: list[str]) -> None:
-        """Encode the chunks first seen in this call and add their rows."""
+        """Encode the chunks first seen in this call and add their rows (:meth:`_encode`)."""
         index = self._index
         is_doc = np.fromiter((c[:1] == SEP for c in new), dtype=bool, count=len(new))
-        texts = [c[1:] if doc else " " + c for c, doc in zip(new, is_doc.tolist(), strict=True)]
-        ids = [
-            (self.eos, self.bos, *i) if doc else i for i, doc in zip(self._encode(texts), is_doc.tolist(), strict=True)
-        ]
-        count = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        offset = self._flat.size + np.cumsum(count) - count
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=int(count.sum()))
+        flat, count = self._encode(new)
+        self._offset = np.concatenate([self._offset, self._flat.size + np.cumsum(count) - count])
         self._flat = np.concatenate([self._flat, flat])
-        self._offset = np.concatenate([self._offset, offset])
         self._count = np.concatenate([self._count, count])
         self._is_doc = np.concatenate([self._is_doc, is_doc])
         self._keys += new
@@ -181,30 +178,82 @@ class ChunkEncoder:
                 del index[c]  # rarely seen again: not looked up (its row stays until the table is cut down)
         index.new = []
 
-    def _encode(self, texts: list[str]) -> list[list[int]]:
-        """Hugging Face's ids of each text. An ASCII text is split into pieces by :data:`PIECES` (the
-        tokenizer's own split on ASCII text) and each distinct piece encoded once (a piece's ids do
-        not depend on the text around it); the rest are encoded whole."""
-        known, split = self._pieces, self._split
-        if len(known) > self.max_chunks:
-            known.clear()
-        pieces = [split(t) if t.isascii() else None for t in texts]
-        missing = list({p for ps in pieces if ps is not None for p in ps if p not in known})
-        known.update(zip(missing, self._hf(missing), strict=True))
-        whole = iter(self._hf([t for t, ps in zip(texts, pieces, strict=True) if ps is None]))
-        return [
-            next(whole) if ps is None else [*itertools.chain.from_iterable(map(known.__getitem__, ps))] for ps in pieces
-        ]
+    def _encode(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``chunks`` (``<eos> <bos>`` and the text after SEP for a document's first chunk,
+        else the ids of a space and the chunk), one after the other, and the number of ids of each.
 
-    def _hf(self, texts: list[str]) -> list[list[int]]:
-        """Each text's ids from Hugging Face: one call with the texts as pre-tokenized words (the
-        pre-tokenizer then runs on each alone; one Encoding instead of one per text, about twice as fast)."""
-        if not texts:
-            return []
+        Each chunk is made a list of *pieces*, each piece encoded by Hugging Face once and kept in a
+        second table (a piece's ids do not depend on the text around it): an ASCII text is split by
+        :data:`PIECES` (the tokenizer's own split on ASCII text); any other text is one piece, encoded
+        whole; a document's first chunk starts with the piece SEP, whose ids are ``<eos> <bos>``.
+        The ASCII texts that start with a space and end in ``!``..``~`` (almost all) are split in one
+        ``findall``, joined: there each one is preceded by ``!``..``~`` or nothing (as in its document)
+        and followed by a space or nothing, so by the module's argument its first piece starts at its
+        start and it is split as it is alone (its last character is not whitespace, so the one
+        character read ahead is the space, where the end of the text would be, and is never taken
+        in); each text's pieces are found from the pieces' lengths (``np.searchsorted``)."""
+        if self._pieces.rows > self.max_chunks or self._pflat.size > self.max_ids:
+            self._forget_pieces()
+        joined = [i for i, c in enumerate(chunks) if "!" <= c[-1:] <= "~" and c[:1] != SEP]  # " " + c: joined
+        text = " " + " ".join([chunks[i] for i in joined])
+        if not text.isascii():  # only the ASCII ones
+            joined = [i for i in joined if chunks[i].isascii()]
+            text = " " + " ".join([chunks[i] for i in joined])
+        pieces = self._split(text) if joined else []
+        ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))  # of each piece
+        text_ends = np.cumsum(np.fromiter((len(chunks[i]) for i in joined), dtype=np.int64, count=len(joined)) + 1)
+        last = np.searchsorted(ends, text_ends)  # each text's last piece
+        if joined and (
+            ends[-1] != text_ends[-1] or not np.array_equal(ends[np.minimum(last, ends.size - 1)], text_ends)
+        ):
+            raise AssertionError("ChunkEncoder: a chunk is not split alone")  # cannot happen (module docstring)
+        rest = np.ones(len(chunks), dtype=bool)
+        rest[joined] = False
+        others = np.flatnonzero(rest).tolist()
+        split, sizes, before = self._split, [], len(pieces)
+        for i in others:
+            t = chunks[i][1:] if chunks[i][:1] == SEP else " " + chunks[i]
+            ps = split(t) if t.isascii() else [t]  # not ASCII: one piece, encoded whole
+            if chunks[i][:1] == SEP:
+                ps = [SEP, *ps]
+            pieces += ps
+            sizes.append(len(ps))  # >= 1: SEP, or a space and more
+        last = np.concatenate([last, before + np.cumsum(sizes, dtype=np.int64) - 1]) if others else last
+        index = self._pieces
+        rows = np.fromiter(map(index.__getitem__, pieces), dtype=np.int64, count=len(pieces))
+        del pieces
+        if index.new:
+            flat, count = self._hf(index.new)
+            self._poffset = np.concatenate([self._poffset, self._pflat.size + np.cumsum(count) - count])
+            self._pcount = np.concatenate([self._pcount, count])
+            self._pflat = np.concatenate([self._pflat, flat])
+            index.rows += len(index.new)
+            index.new = []
+        counts = self._pcount[rows]
+        ends = np.cumsum(counts)[last]  # in ids, the end of each chunk (joined first, then the others)
+        count = np.empty(len(chunks), dtype=np.int64)
+        count[joined + others] = np.diff(ends, prepend=0)
+        some = counts > 0
+        flat = _gather(self._pflat, self._poffset[rows[some]], counts[some])
+        if joined and others:  # back to the order of chunks
+            offset = np.empty(len(chunks), dtype=np.int64)
+            offset[joined + others] = ends - np.diff(ends, prepend=0)
+            flat = _gather(flat, offset, count)
+        return flat, count
+
+    def _forget_pieces(self) -> None:
+        self._pieces = _Index([SEP])
+        self._pflat = np.array([self.eos, self.bos], dtype=self.dtype)  # piece row -> ids, as the chunk table
+        self._poffset = np.zeros(1, dtype=np.int64)
+        self._pcount = np.full(1, 2, dtype=np.int64)
+
+    def _hf(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Hugging Face's ids of the texts, one after the other, and the number of each (``texts`` not
+        empty): one call with the texts as pre-tokenized words (the pre-tokenizer then runs on each
+        alone; one Encoding instead of one per text, about twice as fast)."""
         encoding = self.tokenizer.backend.encode(texts, is_pretokenized=True, add_special_tokens=False)
-        ids = encoding.ids
-        ends = np.cumsum(np.bincount(np.asarray(encoding.word_ids, dtype=np.int64), minlength=len(texts))).tolist()
-        return [ids[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        count = np.bincount(np.asarray(encoding.word_ids, dtype=np.int64), minlength=len(texts))
+        return np.asarray(encoding.ids, dtype=self.dtype), count
 
     def _plain(self, docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         ids = self.tokenizer.encode_batch(docs, add_bos=True, add_eos=True)
@@ -223,23 +272,32 @@ def _gather(flat: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> np.nda
     return flat[np.cumsum(step)]
 
 
-def _merge_unsafe_cuts(text: str, chunks: list[str]) -> list[str]:
-    """``chunks`` (``text.split(" ")``) with the chunks around every space that is not a safe cut
-    joined again. Safe: after ``!``..``~``; after SEP (a document's first character is a space);
-    before SEP (the space that joins two documents)."""
-    if text.isascii():
-        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    else:
-        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    spaces = np.flatnonzero(codes == _SPACE)  # spaces[k] lies between chunks k and k + 1; never 0
+def _chunks(text: str) -> list[str]:
+    """``text`` cut at every space that is a safe cut (the space left out): after ``!``..``~``; after SEP
+    (a document's first character is a space); before SEP (the space that joins two documents). The
+    safe spaces are marked with a character the text does not hold and the text split at it (if it
+    holds every candidate: split at every space and the chunks around the other spaces joined again)."""
+    # In UTF-8 a byte below 0x80 is always an ASCII character: a space, SEP or ``!``..``~`` is found as in the text.
+    codes = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    spaces = np.flatnonzero(codes == _SPACE)  # never 0
     if spaces.size == 0:
-        return chunks
+        return [text]
     before = codes[spaces - 1]
     after = codes[np.minimum(spaces + 1, codes.size - 1)]  # the last character: a space, not SEP
     safe = ((before >= _FIRST) & (before <= _LAST)) | (before == 0) | (after == 0)
+    if safe.all():
+        return text.split(" ")
+    mark = next((m for m in _MARKS if m not in text), None)
+    if mark is None:
+        return _merge_unsafe_cuts(text, text.split(" "), safe)
+    codes = codes.copy()
+    codes[spaces[safe]] = ord(mark)
+    return codes.tobytes().decode("utf-8", "surrogatepass").split(mark)
+
+
+def _merge_unsafe_cuts(text: str, chunks: list[str], safe: np.ndarray) -> list[str]:
+    """``chunks`` (``text.split(" ")``) with the chunks around every space that is not ``safe`` joined again."""
     unsafe = np.flatnonzero(~safe)
-    if unsafe.size == 0:
-        return chunks
     breaks = np.flatnonzero(np.diff(unsafe) != 1)
     firsts = unsafe[np.concatenate([[0], breaks + 1])].tolist()
     lasts = unsafe[np.concatenate([breaks, [unsafe.size - 1]])].tolist()
