@@ -32,7 +32,16 @@ extensions = [
 ]
 
 # Only the pages and the tutorials are sources: build outputs and helper scripts are not.
-exclude_patterns = ["_build", "conf.py", "execute.py", "check_site.py", "**/.ipynb_checkpoints", "jupyter_execute"]
+# (A tutorial converted with `jupytext --to ipynb` lands beside its .py: the .py stays the source.)
+exclude_patterns = [
+    "_build",
+    "conf.py",
+    "execute.py",
+    "check_site.py",
+    "**/.ipynb_checkpoints",
+    "jupyter_execute",
+    "tutorials/*.ipynb",
+]
 nb_custom_formats = {".py": ["jupytext.reads", {"fmt": "py:percent"}]}
 source_suffix = {".md": "myst-nb", ".py": "myst-nb"}
 
