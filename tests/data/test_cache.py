@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from attnkit.data.cache import MANIFEST, TokenCache, cache_root
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig, _fast_encoder
+from attnkit.data.encode import fast_encoder
+from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
 from attnkit.data.readers.text_files import read_corpus
 from attnkit.data.tokenizers import build_tokenizer
 
@@ -107,7 +108,7 @@ def test_cache_root_default_and_environment(tmp_path: Path, monkeypatch: pytest.
 def test_fast_encoder_gives_the_tokenizer_ids(kind: str):
     docs = ["Hello café 😀", "e\u0301 new\nline", "unseen ζ", "a"]
     tok = build_tokenizer(kind, docs[:2] * 3, **({"vocab_size": 300} if kind == "bpe" else {}))
-    tokens, lengths = _fast_encoder(tok)(docs)
+    tokens, lengths = fast_encoder(tok)(docs)
     expected = [tok.encode(d, add_bos=True, add_eos=True) for d in docs]
     assert lengths.tolist() == [len(e) for e in expected]
     assert tokens.tolist() == [i for e in expected for i in e]
@@ -131,3 +132,48 @@ def test_prepare_command_builds_the_cache_that_train_then_uses(tmp_path: Path):
     assert _module(source, cache).cache.folder == folder  # what training opens
     bad = CliRunner().invoke(main, ["prepare", "lm", "--data", str(tmp_path / "missing.txt")])
     assert bad.exit_code != 0 and "does not exist" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["word", "bpe"])
+def test_tokenizing_in_worker_processes_builds_the_same_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+):
+    monkeypatch.setattr(LanguageModelDataModule, "BATCH_CHARS", 300)  # many batches: each worker gets several
+    source = _corpus(tmp_path / "data", n=400)
+    one = _module(source, tmp_path / "one", tokenizer=kind, tokenize_workers=1)
+    two = _module(source, tmp_path / "two", tokenizer=kind, tokenize_workers=2)
+    assert one.cache.folder.name == two.cache.folder.name  # the number of workers is not in the key
+    files = sorted(p.name for p in one.cache.folder.iterdir())
+    assert files == sorted(p.name for p in two.cache.folder.iterdir()) and "train.tokens" in files
+    for name in files:
+        assert (one.cache.folder / name).read_bytes() == (two.cache.folder / name).read_bytes(), name
+    expected = [one.tokenizer.encode(d, add_bos=True, add_eos=True) for d in one.documents["train"]]
+    assert two.datasets["train"].tokens.tolist() == [i for e in expected for i in e]
+
+
+def test_encode_batches_keeps_the_order_and_raises_a_workers_error():
+    from attnkit.data.encode import encode_batches
+
+    docs = [f"document {i}: {'word ' * (i % 5)}end." for i in range(60)]
+    tok = build_tokenizer("bpe", docs, vocab_size=300)
+    batches = [[docs[i : i + 3], docs[i + 3 : i + 5]] for i in range(0, 60, 5)]
+    serial = list(encode_batches(tok, iter(batches), workers=1))
+    parallel = list(encode_batches(tok, iter(batches), workers=2, ahead=1))
+    assert [b for b, _ in parallel] == batches
+    for (_, a), (_, b) in zip(serial, parallel, strict=True):
+        assert [(t.tolist(), n.tolist()) for t, n in a] == [(t.tolist(), n.tolist()) for t, n in b]
+    with pytest.raises(TypeError):
+        list(encode_batches(tok, iter([*batches[:3], [[None]]]), workers=2))
+
+
+def test_how_many_workers_tokenize(monkeypatch: pytest.MonkeyPatch):
+    from attnkit.data.encode import PARALLEL_BYTES, tokenize_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    bpe, char = build_tokenizer("bpe", ["a b c"] * 5, vocab_size=300), build_tokenizer("char", ["abc"])
+    assert tokenize_workers(None, bpe, PARALLEL_BYTES) == 3  # one per core this process may use
+    assert tokenize_workers(None, bpe, PARALLEL_BYTES - 1) == 1  # small text: this process
+    assert tokenize_workers(None, char, 10 * PARALLEL_BYTES) == 1  # char: a vectorised lookup
+    assert tokenize_workers(2, char, 0) == 2  # asked for
+    with pytest.raises(ValueError, match="tokenize_workers"):
+        LMDataConfig(tokenize_workers=0)

@@ -1,4 +1,4 @@
-"""The token cache's encoder (attnkit.data.lm._fast_encoder; attnkit.data.encode.ChunkEncoder for
+"""The token cache's encoder (attnkit.data.encode.fast_encoder; attnkit.data.encode.ChunkEncoder for
 word and BPE) gives exactly the ids of Tokenizer.encode(doc, add_bos=True, add_eos=True)."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 import attnkit.data.encode as encode_module
 from attnkit.data.cache import token_dtype
-from attnkit.data.encode import ChunkEncoder, _merge_unsafe_cuts, fits
+from attnkit.data.encode import ChunkEncoder, _merge_unsafe_cuts, fast_encoder, fits
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.lm import _fast_encoder
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
 
 KINDS = ["word", "bpe"]
@@ -81,15 +80,15 @@ def _check(encode, tok: Tokenizer, docs: list[str]) -> None:  # type: ignore[no-
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_cache_encoder_is_the_chunk_encoder_for_word_and_bpe(kind: str):
-    assert isinstance(_fast_encoder(_tokenizer(kind)), ChunkEncoder)
-    assert not fits(_tokenizer("char")) and not isinstance(_fast_encoder(_tokenizer("char")), ChunkEncoder)
+    assert isinstance(fast_encoder(_tokenizer(kind)), ChunkEncoder)
+    assert not fits(_tokenizer("char")) and not isinstance(fast_encoder(_tokenizer("char")), ChunkEncoder)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_grammar_corpus_gives_the_tokenizer_ids(kind: str):
     pool = generate_grammar_corpus(3000, seed=1)
     tok = build_tokenizer(kind, pool[:2000])
-    encode = _fast_encoder(tok)
+    encode = fast_encoder(tok)
     for batch in (pool[:1500], pool[1500:], pool[:1500]):  # the second and third calls reuse the chunks
         _check(encode, tok, batch)
 
@@ -151,8 +150,8 @@ def test_a_pipeline_it_does_not_know_uses_hugging_face(kind: str):
     else:
         spec["pre_tokenizer"]["pattern"]["Regex"] = r"\w+|\s+|[^\w\s]"
     other = Tokenizer(HFTokenizer.from_str(json.dumps(spec)), kind, dict(tok.special_tokens))
-    assert not fits(other) and not isinstance(_fast_encoder(other), ChunkEncoder)
+    assert not fits(other) and not isinstance(fast_encoder(other), ChunkEncoder)
     with pytest.raises(ValueError, match="not one it handles"):
         ChunkEncoder(other, np.uint16)
     if kind == "word":
-        _check(_fast_encoder(other), other, ["a  b", "c\n\nd e"])
+        _check(fast_encoder(other), other, ["a  b", "c\n\nd e"])

@@ -16,10 +16,9 @@ Batches are ``(inputs [B, L] int64, targets [B, L] int64)``. Nothing is download
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +40,7 @@ from attnkit.data.cache import (
     open_or_build,
     token_dtype,
 )
-from attnkit.data.encode import ChunkEncoder, fits
+from attnkit.data.encode import encode_batches, tokenize_workers
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.readers.text_files import corpus_files, iter_documents, read_corpus, split_documents
 from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
@@ -82,6 +81,9 @@ class LMDataConfig(DataConfig):
         builtin_documents: documents in the built-in corpus.
         cache_dir: where the tokenized corpus is cached (default ``$ATTNKIT_CACHE`` or
             ``~/.cache/attnkit``; see :mod:`attnkit.data.cache`).
+        tokenize_workers: processes that tokenize the corpus when its cache is built (``None``: one
+            per CPU core for a ``word`` or ``bpe`` corpus of 8 MB or more, else this process; see
+            :func:`attnkit.data.encode.tokenize_workers`). The cache is the same for any number.
     """
 
     source: str = Field(
@@ -96,6 +98,9 @@ class LMDataConfig(DataConfig):
     seed: int = 42
     builtin_documents: int = Field(6000, ge=3)
     cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
+    tokenize_workers: int | None = Field(
+        None, ge=1, description="processes that tokenize when the cache is built (default: one per core, large corpora)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LMDataConfig:
@@ -242,6 +247,8 @@ class LanguageModelDataModule(SplitDataModule):
         return cls(cfg, block=block, batch_size=batch_size, tokenizer=tokenizer_of(artifacts), test_only=True)
 
     # -------------------------------------------------------------- the cache
+    BATCH_CHARS = 1 << 21  # documents are tokenized in batches of about this many characters
+
     def cache_folder(self) -> Path:
         """Where this data's cache entry is (see :mod:`attnkit.data.cache` for the key)."""
         c = self.cfg
@@ -250,7 +257,7 @@ class LanguageModelDataModule(SplitDataModule):
             sources: Any = {"builtin": BUILTIN, "documents": c.builtin_documents}
         else:
             sources = [content_digest(p, root) for p in corpus_files(c.source)]
-        config = c.model_dump(exclude={"source", "cache_dir"})
+        config = c.model_dump(exclude={"source", "cache_dir", "tokenize_workers"})
         if self._tokenizer is not None:
             config["tokenizer"] = hashlib.blake2b(self._tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
             config.pop("vocab_size"), config.pop("min_freq")
@@ -297,18 +304,21 @@ class LanguageModelDataModule(SplitDataModule):
         texts = {s: (folder / f"{s}.text").open("wb") for s in SPLITS}
         text_lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
         chars = dict.fromkeys(SPLITS, 0)
-        encode = _fast_encoder(tokenizer)
+        nbytes = sum(p.stat().st_size for p in corpus_files(c.source)) if c.source != BUILTIN else 0
+        workers = tokenize_workers(c.tokenize_workers, tokenizer, nbytes)
         bar = tqdm(total=n, unit="doc", desc="tokenizing", disable=not self.progress, mininterval=1.0)
         try:
-            batch: dict[str, list[str]] = {s: [] for s in SPLITS}
-            size = 0
-            for doc, s in zip(self._documents(), split_of):
-                batch[SPLITS[s]].append(doc)
-                size += len(doc)
-                if size >= 1 << 21:
-                    self._write_batch(batch, encode, writer, texts, text_lengths, chars, bar)
-                    batch, size = {s: [] for s in SPLITS}, 0
-            self._write_batch(batch, encode, writer, texts, text_lengths, chars, bar)
+            for batch, encoded in encode_batches(tokenizer, self._batches(split_of), workers):
+                for split, docs, (tokens, lengths) in zip(SPLITS, batch, encoded, strict=True):
+                    if not docs:
+                        continue
+                    writer.add(split, tokens, lengths)
+                    for d in docs:
+                        raw = d.encode("utf-8")
+                        texts[split].write(raw)
+                        text_lengths[split].append(len(raw))
+                        chars[split] += len(d) + 1
+                    bar.update(len(docs))
         finally:
             bar.close()
             for f in texts.values():
@@ -320,19 +330,19 @@ class LanguageModelDataModule(SplitDataModule):
         docs = {s: len(text_lengths[s]) for s in SPLITS}
         writer.finish({"tokenizer": tokenizer.to_dict(), "chars": chars, "documents": docs, "source": c.source})
 
-    @staticmethod
-    def _write_batch(batch, encode, writer, texts, text_lengths, chars, bar) -> None:  # type: ignore[no-untyped-def]
-        for split, docs in batch.items():
-            if not docs:
-                continue
-            tokens, lengths = encode(docs)
-            writer.add(split, tokens, lengths)
-            for d in docs:
-                raw = d.encode("utf-8")
-                texts[split].write(raw)
-                text_lengths[split].append(len(raw))
-                chars[split] += len(d) + 1
-            bar.update(len(docs))
+    def _batches(self, split_of: np.ndarray) -> Iterator[list[list[str]]]:
+        """The documents in batches of about :attr:`BATCH_CHARS` characters, each a list per split
+        (``SPLITS`` order)."""
+        batch: list[list[str]] = [[] for _ in SPLITS]
+        size = 0
+        for doc, s in zip(self._documents(), split_of):
+            batch[s].append(doc)
+            size += len(doc)
+            if size >= self.BATCH_CHARS:
+                yield batch
+                batch, size = [[] for _ in SPLITS], 0
+        if size:
+            yield batch
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -407,47 +417,6 @@ def _joined(texts: Iterator[str], size: int) -> Iterator[str]:
             batch, n = [], 0
     if batch:
         yield "".join(batch)
-
-
-def _fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
-    """``docs -> (tokens, lengths)``: each document as ``<bos> ids <eos>``, concatenated.
-
-    ``char``: a vectorised lookup of the code points (the same ids as ``tokenizer.encode``, tested;
-    splitting into characters through the tokenizers library runs at well under 1 MB/s). ``word``
-    and ``bpe`` (as :func:`build_tokenizer` makes them): :class:`attnkit.data.encode.ChunkEncoder`
-    (each distinct chunk of text encoded once by Hugging Face, remembered across calls; the same
-    ids, tested). Others: Hugging Face ``encode_batch`` (parallel threads)."""
-    dtype = token_dtype(tokenizer.vocab_size)
-    if fits(tokenizer):
-        return ChunkEncoder(tokenizer, dtype)
-    if tokenizer.kind == "char":
-        table = np.full(0x110000, UNK_ID, dtype=dtype)
-        for i, token in enumerate(tokenizer.vocab):
-            if i not in (PAD_ID, BOS_ID, EOS_ID, UNK_ID) and len(token) == 1:
-                table[ord(token)] = i
-
-        def encode(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-            lengths = np.fromiter((len(d) + 2 for d in docs), dtype=np.int64, count=len(docs))
-            points = np.frombuffer("".join(docs).encode("utf-32-le"), dtype=np.uint32)
-            out = np.empty(int(lengths.sum()), dtype=dtype)
-            ends = np.cumsum(lengths)
-            starts = ends - lengths
-            out[starts] = BOS_ID
-            out[ends - 1] = EOS_ID
-            body = np.ones(out.size, dtype=bool)
-            body[starts] = False
-            body[ends - 1] = False
-            out[body] = table[points]
-            return out, lengths
-
-        return encode
-
-    def encode_hf(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = tokenizer.encode_batch(docs, add_bos=True, add_eos=True)
-        lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
-        return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
-
-    return encode_hf
 
 
 def tokenizer_of(artifacts: dict[str, Any]) -> Tokenizer:
