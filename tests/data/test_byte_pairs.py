@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-from attnkit.data.encode import PIECES, BytePairs, fast_encoder
+from attnkit.data.encode import PIECES, BytePairs, fast_encoder, split_ascii_bpe
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
 
 RUNS = ["a" * 9, "aa", "!" * 7, " " * 6, "ab" * 5, "0" * 8, "x" * 3 + "y" * 5, "\n" * 4, ".-" * 4]
@@ -129,3 +129,27 @@ def test_a_missing_byte_is_refused():
     spec = _spec(_tokenizer(300))
     del spec["model"]["vocab"]["Ā"]  # the byte 0x00
     assert BytePairs.of(spec) is None
+
+
+SPLIT_PIECES = [*RUNS, "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'l", "'r", "'v", "''s", " 's", "don't"]
+SPLIT_PIECES += [" ", "  ", "\t", "\n", " \n", "\n ", "\r\n", "a", "Ab", "42", "...", " -", "\x1c", "\x7f", "_"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    text=st.lists(
+        st.one_of(st.sampled_from(SPLIT_PIECES), st.text(alphabet="".join(map(chr, range(1, 128))), max_size=3)),
+        max_size=14,
+    ).map("".join)
+)
+def test_ascii_split_is_the_patterns(text: str):
+    assert split_ascii_bpe(text) == PIECES["bpe"].findall(text)
+
+
+def test_ascii_split_of_every_pair_and_triple_of_classes():
+    chars = ["a", "Z", "0", "'", "!", " ", "\t", "\n", "s", "l", "e", "r", "v", "d", "\x01"]
+    for a in chars:
+        for b in chars:
+            for c in chars:
+                for text in (a + b + c, a + b + c + "'s", " " + a + b + c + "ll", a + b + "'" + c + "e"):
+                    assert split_ascii_bpe(text) == PIECES["bpe"].findall(text), repr(text)

@@ -82,6 +82,59 @@ def fits(tokenizer: Tokenizer) -> bool:
     return pre_ok and model_ok and spec.get("normalizer") is None and spec.get("post_processor") is None
 
 
+_OTHER, _LETTER, _DIGIT, _SPACE_CLASS = 0, 1, 2, 3
+_CLASS = np.full(128, _OTHER, dtype=np.uint8)  # an ASCII character's class in GPT-2's pattern
+_CLASS[ord("A") : ord("Z") + 1] = _CLASS[ord("a") : ord("z") + 1] = _LETTER
+_CLASS[ord("0") : ord("9") + 1] = _DIGIT
+_CLASS[[ord(c) for c in _WS.encode().decode("unicode_escape")]] = _SPACE_CLASS
+_ONE_LETTER = np.zeros(256, dtype=bool)  # 's 't 'm 'd
+_ONE_LETTER[[ord(c) for c in "stmd"]] = True
+
+
+def split_ascii_bpe(text: str) -> list[str]:
+    """``PIECES["bpe"].findall(text)`` for an ASCII ``text`` without ``"\\x00"``, in NumPy (about 1.6x
+    faster): where each piece starts, then one ``str.split``.
+
+    The pattern's matches on ASCII text, read as rules on the characters' classes (letters,
+    digits, whitespace, others): a run of one class is a piece; a space joins the letters, digits
+    or others right after it (`` ?[A-Za-z]+`` ...); a run of whitespace followed by something else
+    leaves its last character to start the next match (``\\s+(?!\\S)``: alone, or with what follows
+    if it is a space); an apostrophe where a match starts and ``s t m d re ve ll`` after it make a
+    piece (the contractions), and letters after it start a new one. ``tests/data/test_byte_pairs.py``
+    compares the result with ``findall`` on random ASCII text."""
+    codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    n = codes.size
+    if n == 0:
+        return []
+    kind = _CLASS[codes]
+    start = np.zeros(n + 1, dtype=bool)  # a piece starts here
+    start[0] = True
+    np.not_equal(kind[1:], kind[:-1], out=start[1:n])
+    space = kind == _SPACE_CLASS
+    after = np.flatnonzero(space[:-1] & ~space[1:]) + 1  # something else right after whitespace
+    start[after - 1] = True
+    start[after[codes[after - 1] == _SPACE]] = False
+    quote = np.flatnonzero((codes == ord("'")) & start[:n])
+    if quote.size:
+        padded = np.zeros(n + 2, dtype=np.uint8)
+        padded[:n] = codes
+        one, two = padded[quote + 1], padded[quote + 2]
+        three = ((one == ord("r")) | (one == ord("v"))) & (two == ord("e")) | (one == ord("l")) & (two == ord("l"))
+        size = np.where(three, 3, np.where(_ONE_LETTER[one], 2, 0))
+        quote, size = quote[size > 0], size[size > 0]
+        start[quote + 1] = False
+        end = quote + size
+        end = end[end < n]
+        start[end[kind[end] == _LETTER]] = True
+    starts = np.flatnonzero(start[1:n]) + 1
+    marked = np.empty(n + starts.size, dtype=np.uint8)  # "\\x00" before every piece but the first
+    shift = np.zeros(n, dtype=np.int64)
+    shift[starts] = 1
+    marked[np.arange(n) + np.cumsum(shift)] = codes
+    marked[starts + np.arange(starts.size)] = 0
+    return marked.tobytes().decode("ascii").split("\x00")
+
+
 def _byte_chars() -> list[str]:
     """GPT-2's byte-level alphabet: the character that stands for each byte (``ByteLevel.alphabet()``'s order)."""
     printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
@@ -338,7 +391,7 @@ class ChunkEncoder:
 
     def _encode_joined(self, text: str, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """``text`` is ``" " + " ".join(chunks)`` (see :meth:`_encode`)."""
-        pieces = self._split(text)
+        pieces = split_ascii_bpe(text) if self.tokenizer.kind == "bpe" else self._split(text)
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         ends = np.cumsum(lengths)  # of each piece
         text_ends = np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)) + 1)
