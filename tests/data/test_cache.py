@@ -177,3 +177,27 @@ def test_how_many_workers_tokenize(monkeypatch: pytest.MonkeyPatch):
     assert tokenize_workers(2, char, 0) == 2  # asked for
     with pytest.raises(ValueError, match="tokenize_workers"):
         LMDataConfig(tokenize_workers=0)
+
+
+def _encode_in_a_daemon(queue) -> None:  # type: ignore[no-untyped-def]
+    from attnkit.data.encode import encode_batches
+
+    tok = build_tokenizer("word", ["a b c", "d e"])
+    queue.put(
+        [(t.tolist(), n.tolist()) for _, out in encode_batches(tok, iter([[["a b", "c d e"]]]), 2) for t, n in out]
+    )
+
+
+def test_a_daemon_process_tokenizes_in_itself():
+    """A daemon process may not start workers (multiprocessing refuses): it encodes in itself."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    daemon = context.Process(target=_encode_in_a_daemon, args=(queue,), daemon=True)
+    daemon.start()
+    got = queue.get(timeout=60)
+    daemon.join(timeout=60)
+    tok = build_tokenizer("word", ["a b c", "d e"])
+    expected = [tok.encode(d, add_bos=True, add_eos=True) for d in ["a b", "c d e"]]
+    assert daemon.exitcode == 0 and got == [([i for e in expected for i in e], [len(e) for e in expected])]

@@ -5,11 +5,14 @@ pre-tokenizers (GPT-2's byte-level regex; :data:`attnkit.data.tokenizers.WORD_PA
 1.6 MB/s in ``tokenizers``, but the ids of a piece do not depend on the text around it. So the text
 is cut into *chunks* at spaces where a piece certainly starts; each distinct chunk is encoded once
 and remembered across calls (a table row of ids), and the stream is gathered from the table with
-NumPy. A new chunk's ids come from the Hugging Face tokenizer itself: an ASCII chunk is split into
-pieces by :data:`PIECES` (the same split as the tokenizer's on ASCII text) and each distinct piece
-is encoded by Hugging Face once and remembered (a second table, gathered from the same way); any
-other chunk is encoded whole by Hugging Face. The new ASCII chunks of a call that end in ``!`` to
-``~`` are split in one ``findall`` over their texts joined (see :meth:`ChunkEncoder._encode`).
+NumPy. A new ASCII chunk is split into pieces as the tokenizer splits ASCII text (:data:`PIECES`;
+for BPE, most of them by :func:`split_ascii_bpe`, the same split in NumPy) and each distinct piece is
+encoded once and remembered (a second table, gathered from the same way): BPE's by
+:class:`BytePairs` (Hugging Face's byte-level BPE in NumPy, many pieces at once, the same ids),
+word's by Hugging Face; any other chunk is encoded whole by Hugging Face. The new ASCII chunks of a
+call that end in ``!`` to ``~`` are split in one pass over their texts joined (see
+:meth:`ChunkEncoder._encode`). :func:`encode_batches` runs encoders in worker processes, one per
+core, for the token cache of a large corpus.
 
 Why a cut is safe: both patterns make pieces that are either runs of whitespace or hold no
 whitespace except one space in front (`` ?\\p{L}+``, `` ?\\w+(?:'\\w+)*``, ...). A space right after a
@@ -20,7 +23,8 @@ characters it matches, except ``\\s+(?!\\S)``, which looks one character ahead, 
 in whitespace (it ends at a printable character or at the document's end). Spaces after anything
 else (whitespace, a control character, a non-ASCII character) are not cut at: the chunk then runs
 on. ``tests/data/test_fast_encoder.py`` compares the result with ``Tokenizer.encode`` on random
-ASCII and Unicode text.
+ASCII and Unicode text; ``tests/data/test_byte_pairs.py`` the split and BPE steps with the regex's
+and Hugging Face's.
 """
 
 from __future__ import annotations
@@ -277,7 +281,7 @@ class ChunkEncoder:
         tokenizer: Tokenizer,
         dtype: np.dtype,
         *,
-        max_chunks: int = 1 << 18,
+        max_chunks: int = 1 << 20,
         max_ids: int = 1 << 22,
         max_chunk_chars: int = 64,
     ) -> None:
@@ -604,8 +608,9 @@ def encode_batches(
     at most ``ahead`` batches per worker are in flight, so memory does not grow with the input.
     Workers are forked where the platform can (nothing to import again), else spawned. A worker's
     error is raised here; a worker that dies (e.g. killed for memory) raises
-    ``concurrent.futures.process.BrokenProcessPool``."""
-    if workers <= 1:
+    ``concurrent.futures.process.BrokenProcessPool``. A daemon process (which may not start
+    processes) encodes in itself."""
+    if workers <= 1 or multiprocessing.current_process().daemon:
         encode = fast_encoder(tokenizer)
         for batch in batches:
             yield batch, [encode(docs) for docs in batch]
