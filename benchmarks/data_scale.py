@@ -20,7 +20,8 @@ pairs of the built-in generator (``number_pairs``, 24 000 of them) drawn at rand
 cache, model, one training step through the task's module); the tokenization-rate comparison is
 run for ``lm`` only.
 
-The corpus is generated: documents of the built-in grammar (``generate_grammar_corpus``, 20 000 of
+The corpus is generated (``--text FILE``: the first ``--sizes`` MB of that file, cut after a blank
+line): documents of the built-in grammar (``generate_grammar_corpus``, 20 000 of
 them) drawn at random with a seed and separated by blank lines until the size is reached. Each
 measurement runs in a fresh Python process (``resource.getrusage`` gives its own peak RSS) that does
 what ``attnkit train lm --data FILE`` does before training: build the config, the data module
@@ -111,6 +112,16 @@ def make_corpus(path: Path, megabytes: float, seed: int = 0) -> int:
             f.write(chunk)
             written += len(chunk)
     return written
+
+
+def copy_text(source: Path, path: Path, megabytes: float) -> int:
+    """Write the first ``megabytes`` MB of the text file ``source`` to ``path``, cut after a blank line
+    (whole documents); returns the bytes."""
+    with source.open("rb") as f:
+        head = f.read(int(megabytes * 1e6))
+    cut = head.rfind(b"\n\n")
+    path.write_bytes(head[: cut + 2] if cut > 0 else head)
+    return path.stat().st_size
 
 
 def make_table(path: Path, millions: float, seed: int = 0) -> int:
@@ -250,7 +261,10 @@ def main() -> int:
         "--tokenize-only", action="store_true", help="lm: only the tokenization comparison (no corpus, no setups)"
     )
     parser.add_argument(
-        "--text", type=Path, default=None, help="lm: measure tokenization on this UTF-8 text file's documents"
+        "--text",
+        type=Path,
+        default=None,
+        help="lm: measure on this UTF-8 text file's documents (tokenization; and setups: its first --sizes MB)",
     )
     parser.add_argument("--text-mb", type=float, default=30.0, help="with --text: how many MB of it (default 30)")
     args = parser.parse_args()
@@ -277,7 +291,7 @@ def main() -> int:
         for mb in [] if args.tokenize_only and lm else sizes:
             suffix = {"lm": "txt", "classify": "csv", "translate": "tsv"}[args.task]
             corpus = workdir / f"{args.task}_{mb:g}.{suffix}"
-            nbytes = make(corpus, mb)
+            nbytes = copy_text(args.text, corpus, mb) if lm and args.text else make(corpus, mb)
             cache = workdir / f"cache_{mb:g}"
             shutil.rmtree(cache, ignore_errors=True)
             cold = run_child(corpus, cache, tokenizer, args.task)
