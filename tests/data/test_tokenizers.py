@@ -3,12 +3,16 @@ same ids as attnkit 0.1's hand-written tokenizers (kept in ``legacy_tokenizers.p
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import re
 
 import legacy_tokenizers as legacy
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.data.tokenizers import (
     BOS,
@@ -321,3 +325,50 @@ def test_save_writes_one_tokenizer_json(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
     again = tokenizer_from_folder(tmp_path)
     assert again == tok and again.kind == "word" and again.encode(CORPUS[1]) == tok.encode(CORPUS[1])
+
+
+def _log_text(n_lines: int, seed: int = 0) -> str:
+    """A log file as one document: many lines, no blank line."""
+    rng = random.Random(seed)
+    words = ["Running", "PASS:", "FAIL:", "gdb.base/break.exp", "foo_bar", "x=42", "'quoted'", "don't", "(1.5)"]
+    lines = [
+        " ".join(rng.choices(words, k=rng.randint(1, 8))) + rng.choice(["", " ", ".", "  "]) for _ in range(n_lines)
+    ]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("kind", ["word", "bpe"])
+def test_a_huge_document_is_trained_on_in_parts_with_the_same_vocabulary(kind: str, monkeypatch: pytest.MonkeyPatch):
+    import attnkit.data.tokenizers as tokenizers_module
+
+    text = _log_text(70_000)  # about 2.5 MB in one text
+    assert len(text) > 2 * (1 << 20)
+    parts: list[int] = []
+    cut = tokenizers_module.cut_long_texts
+    monkeypatch.setattr(
+        tokenizers_module, "cut_long_texts", lambda texts: (parts.append(len(p)) or p for p in cut(texts))
+    )
+    in_parts = build_tokenizer(kind, ["a short one", text], **({"vocab_size": 400} if kind == "bpe" else {}))
+    assert len(parts) >= 3 and max(parts) < 1.01 * (1 << 20) + 1000  # it was cut
+    monkeypatch.setattr(tokenizers_module, "cut_long_texts", lambda texts: texts)
+    whole = build_tokenizer(kind, ["a short one", text], **({"vocab_size": 400} if kind == "bpe" else {}))
+    assert in_parts.backend.to_str() == whole.backend.to_str()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["a", "b c", " ", "\n", "\n\n", " \n", "\t", "'s", "x!", "é", "9"]), max_size=60).map(
+        "".join
+    ),
+    size=st.integers(1, 20),
+)
+def test_cut_long_texts_cuts_where_both_splits_are_unchanged(text: str, size: int):
+    from attnkit.data.encode import PIECES
+    from attnkit.data.tokenizers import WORD_PATTERN, cut_long_texts
+
+    parts = list(cut_long_texts([text], size))
+    assert "".join(parts) == text and (all(parts) or parts == [text])
+    for a, b in itertools.pairwise(parts):
+        assert a.endswith("\n") and "!" <= a[-2] <= "~" and "!" <= b[0] <= "~"
+    for pattern in (PIECES["bpe"], re.compile(WORD_PATTERN)):
+        assert [p for part in parts for p in pattern.findall(part)] == pattern.findall(text)
