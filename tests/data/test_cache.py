@@ -201,3 +201,29 @@ def test_a_daemon_process_tokenizes_in_itself():
     tok = build_tokenizer("word", ["a b c", "d e"])
     expected = [tok.encode(d, add_bos=True, add_eos=True) for d in ["a b", "c d e"]]
     assert daemon.exitcode == 0 and got == [([i for e in expected for i in e], [len(e) for e in expected])]
+
+
+def test_a_large_corpus_builds_its_vocabulary_on_a_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The word/BPE trainers read every k-th training document once the corpus is over
+    data.tokenizer_sample_mb; below it (and with None) every training document."""
+    import attnkit.data.lm as lm_module
+
+    seen: list[int] = []
+
+    def counting(kind, texts, **kw):  # type: ignore[no-untyped-def]
+        texts = list(texts)
+        seen.append(len(texts))
+        return build_tokenizer(kind, texts, **kw)
+
+    monkeypatch.setattr(lm_module, "build_tokenizer", counting)
+    source = _corpus(tmp_path / "data", n=400)  # about 12 kB
+    chars = sum(len(d) for d in read_corpus(source))
+    full = _module(source, tmp_path / "a", tokenizer="word", tokenizer_sample_mb=None)
+    train = len(full.documents["train"])
+    _module(source, tmp_path / "b", tokenizer="word", tokenizer_sample_mb=chars / 4e6)  # a quarter
+    _module(source, tmp_path / "c", tokenizer="word")  # the default, 64 MB: all
+    assert seen[0] == train and seen[2] == train
+    assert abs(seen[1] - train / 4) <= 1
+    sampled = _module(source, tmp_path / "b", tokenizer="word", tokenizer_sample_mb=chars / 4e6)
+    expected = [sampled.tokenizer.encode(d, add_bos=True, add_eos=True) for d in sampled.documents["train"]]
+    assert sampled.datasets["train"].tokens.tolist() == [i for e in expected for i in e]  # every document encoded

@@ -15,7 +15,9 @@ Batches are ``(inputs [B, L] int64, targets [B, L] int64)``. Nothing is download
 
 from __future__ import annotations
 
+import array
 import hashlib
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -81,6 +83,11 @@ class LMDataConfig(DataConfig):
         builtin_documents: documents in the built-in corpus.
         cache_dir: where the tokenized corpus is cached (default ``$ATTNKIT_CACHE`` or
             ``~/.cache/attnkit``; see :mod:`attnkit.data.cache`).
+        tokenizer_sample_mb: ``word`` and ``bpe`` learn their vocabulary from at most about this many
+            MB of the training documents: every ``k``-th one when the corpus is larger (``None``: all of
+            them). Hugging Face's trainers hold every distinct piece of what they read and its pairs,
+            which grows with the corpus (about 0.6 GB for 270 MB of real text); words only outside the
+            sample encode to ``<unk>`` (BPE falls back to smaller pieces).
         tokenize_workers: processes that tokenize the corpus when its cache is built (``None``: one
             per CPU core for a ``word`` or ``bpe`` corpus of 8 MB or more, else this process; see
             :func:`attnkit.data.encode.tokenize_workers`). The cache is the same for any number.
@@ -100,6 +107,9 @@ class LMDataConfig(DataConfig):
     cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
     tokenize_workers: int | None = Field(
         None, ge=1, description="processes that tokenize when the cache is built (default: one per core, large corpora)"
+    )
+    tokenizer_sample_mb: float | None = Field(
+        64.0, gt=0, description="word/bpe: learn the vocabulary from at most this many MB of training text (None: all)"
     )
 
     @model_validator(mode="after")
@@ -277,7 +287,10 @@ class LanguageModelDataModule(SplitDataModule):
 
     def _build_cache(self, folder: Path) -> None:
         c = self.cfg
-        n = sum(1 for _ in self._documents())
+        n = chars = 0
+        for doc in self._documents():
+            n += 1
+            chars += len(doc)
         if self.test_only:
             if n == 0:
                 raise ValueError(f"{c.source}: the file is empty (no non-blank text); nothing to evaluate")
@@ -299,10 +312,13 @@ class LanguageModelDataModule(SplitDataModule):
             train: Iterator[str] = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
             if c.tokenizer == "char":  # character counts add up: count 1 MB pieces, not document by document
                 train = _joined(train, 1 << 20)
+            elif c.tokenizer_sample_mb is not None and chars > c.tokenizer_sample_mb * 1e6:
+                every = math.ceil(chars / (c.tokenizer_sample_mb * 1e6))  # the trainers' memory grows with the text
+                train = itertools.islice(train, 0, None, every)
             tokenizer = build_tokenizer(c.tokenizer, train, vocab_size=c.vocab_size, min_freq=c.min_freq)
         writer = CacheWriter(folder, SPLITS, token_dtype(tokenizer.vocab_size))
         texts = {s: (folder / f"{s}.text").open("wb") for s in SPLITS}
-        text_lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
+        text_lengths = {s: array.array("q") for s in SPLITS}  # 8 bytes a document
         chars = dict.fromkeys(SPLITS, 0)
         nbytes = sum(p.stat().st_size for p in corpus_files(c.source)) if c.source != BUILTIN else 0
         workers = tokenize_workers(c.tokenize_workers, tokenizer, nbytes)
@@ -325,7 +341,7 @@ class LanguageModelDataModule(SplitDataModule):
                 f.close()
         for s in SPLITS:
             offsets = np.zeros(len(text_lengths[s]) + 1, dtype=np.int64)
-            np.cumsum(np.asarray(text_lengths[s], dtype=np.int64), out=offsets[1:])
+            np.cumsum(np.frombuffer(text_lengths[s], dtype=np.int64), out=offsets[1:])
             np.save(folder / f"{s}.text_offsets.npy", offsets)
         docs = {s: len(text_lengths[s]) for s in SPLITS}
         writer.finish({"tokenizer": tokenizer.to_dict(), "chars": chars, "documents": docs, "source": c.source})
