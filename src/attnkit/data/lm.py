@@ -287,10 +287,10 @@ class LanguageModelDataModule(SplitDataModule):
 
     def _build_cache(self, folder: Path) -> None:
         c = self.cfg
-        n = chars = 0
+        n = total_chars = 0
         for doc in self._documents():
             n += 1
-            chars += len(doc)
+            total_chars += len(doc)
         if self.test_only:
             if n == 0:
                 raise ValueError(f"{c.source}: the file is empty (no non-blank text); nothing to evaluate")
@@ -312,8 +312,8 @@ class LanguageModelDataModule(SplitDataModule):
             train: Iterator[str] = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
             if c.tokenizer == "char":  # character counts add up: count 1 MB pieces, not document by document
                 train = _joined(train, 1 << 20)
-            elif c.tokenizer_sample_mb is not None and chars > c.tokenizer_sample_mb * 1e6:
-                every = math.ceil(chars / (c.tokenizer_sample_mb * 1e6))  # the trainers' memory grows with the text
+            elif c.tokenizer_sample_mb is not None and total_chars > c.tokenizer_sample_mb * 1e6:
+                every = math.ceil(total_chars / (c.tokenizer_sample_mb * 1e6))  # trainers hold what they read
                 train = itertools.islice(train, 0, None, every)
             tokenizer = build_tokenizer(c.tokenizer, train, vocab_size=c.vocab_size, min_freq=c.min_freq)
         writer = CacheWriter(folder, SPLITS, token_dtype(tokenizer.vocab_size))
