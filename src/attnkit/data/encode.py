@@ -385,13 +385,7 @@ class ChunkEncoder:
             parts.append(self._encode_others([chunks[i] for i in others]))
         if len(parts) == 1:
             return parts[0]
-        (flat_j, count_j), (flat_o, count_o) = parts
-        count = np.empty(len(chunks), dtype=np.int64)
-        count[joined], count[others] = count_j, count_o
-        offset = np.empty(len(chunks), dtype=np.int64)  # back to the order of chunks
-        offset[joined] = np.cumsum(count_j) - count_j
-        offset[others] = flat_j.size + np.cumsum(count_o) - count_o
-        return _gather(np.concatenate([flat_j, flat_o]), offset, count), count
+        return _in_order(len(chunks), [(joined, *parts[0]), (others, *parts[1])])
 
     def _encode_joined(self, text: str, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """``text`` is ``" " + " ".join(chunks)`` (see :meth:`_encode`)."""
@@ -454,22 +448,10 @@ class ChunkEncoder:
             return self._by_pairs(texts)
         if not ascii_.any():
             return self._hf_words(texts)
-        some = np.flatnonzero(ascii_)
-        rest = np.flatnonzero(~ascii_)
-        flat_a, count_a = self._by_pairs([texts[i] for i in some.tolist()])
-        flat_b, count_b = self._hf_words([texts[i] for i in rest.tolist()])
-        count = np.empty(len(texts), dtype=np.int64)
-        count[some], count[rest] = count_a, count_b
-        offset = np.empty(len(texts), dtype=np.int64)  # of each text in flat_a + flat_b
-        offset[some] = np.cumsum(count_a) - count_a
-        offset[rest] = flat_a.size + np.cumsum(count_b) - count_b
-        some_ids = count > 0
-        flat = np.concatenate([flat_a, flat_b])
-        if not some_ids.all():
-            offset, count_ids = offset[some_ids], count[some_ids]
-        else:
-            count_ids = count
-        return (_gather(flat, offset, count_ids) if count_ids.size else flat[:0]), count
+        some = np.flatnonzero(ascii_).tolist()
+        rest = np.flatnonzero(~ascii_).tolist()
+        by_pairs = self._by_pairs([texts[i] for i in some])
+        return _in_order(len(texts), [(some, *by_pairs), (rest, *self._hf_words([texts[i] for i in rest]))])
 
     def _by_pairs(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         assert self._pairs is not None
@@ -487,6 +469,21 @@ class ChunkEncoder:
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=int(lengths.sum()))
         return tokens, lengths
+
+
+def _in_order(n: int, groups: list[tuple[list[int], np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(flat, count)`` of ``n`` items encoded in groups, each ``(indices, flat, count)`` (the ids of
+    its items one after the other and the number of each), back in the items' order."""
+    count = np.zeros(n, dtype=np.int64)
+    offset = np.zeros(n, dtype=np.int64)  # where each item starts in the groups' flats, joined
+    done = 0
+    for indices, flat, counts in groups:
+        count[indices] = counts
+        offset[indices] = done + np.cumsum(counts) - counts
+        done += flat.size
+    flat = np.concatenate([g[1] for g in groups])
+    some = count > 0
+    return (_gather(flat, offset[some], count[some]) if some.any() else flat[:0]), count
 
 
 def _gather(flat: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
