@@ -15,7 +15,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 import attnkit.data.encode as encode_module
 from attnkit.data.cache import token_dtype
-from attnkit.data.encode import ChunkEncoder, _merge_unsafe_cuts, fast_encoder, fits
+from attnkit.data.encode import ChunkEncoder, _chunks, _merge_unsafe_cuts, fast_encoder, fits
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
 
@@ -123,6 +123,24 @@ def test_edge_documents(kind: str):
     long_docs = [_ascii_doc(random.Random(i)) * 50 for i in range(20)]  # long documents, long chunks
     _check(encode, tok, long_docs)
     _check(encode, tok, long_docs[::-1])
+
+
+def test_chunks_are_cut_at_spaces_next_to_ascii_that_is_not_whitespace():
+    """After such a character, or before one (the last space of an indentation); not between
+    whitespace, nor where only a non-ASCII character (U+00A0 is whitespace to Hugging Face) decides."""
+    text = "\x00def f(x):\n    return  x\n\t\u00a0 y é z \u00a0 \u00a0\n \n"
+    expected = ["\x00def", "f(x):\n   ", "return", "", "x\n\t\u00a0", "y", "é", "z", "\u00a0 \u00a0\n \n"]
+    assert _chunks(text) == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_indented_code_gives_the_tokenizer_ids(kind: str):
+    tok = _tokenizer(kind)
+    lines = ["def f(x):", "    return  x", "\tif y:", "  \t z = 'a'", "        pass", "\u00a0 q", " ", "  ", "\n w"]
+    rng = random.Random(0)
+    docs = ["\n".join(rng.choices(lines, k=rng.randint(1, 12))) for _ in range(200)]
+    for encoder in _encoders(kind):
+        _check(encoder, tok, docs)
 
 
 @pytest.mark.parametrize("kind", KINDS)

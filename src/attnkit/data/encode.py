@@ -15,20 +15,27 @@ call that end in ``!`` to ``~`` are split in one pass over their texts joined (s
 core, for the token cache of a large corpus.
 
 Why a cut is safe: both patterns make pieces that are either runs of whitespace or hold no
-whitespace except one space in front (`` ?\\p{L}+``, `` ?\\w+(?:'\\w+)*``, ...). A space right after a
-printable ASCII character other than the space (``!`` to ``~``, never whitespace) therefore starts a
-piece: the piece holding that character cannot take the space in. The chunk from one such space to
-the next is split alone exactly as inside the text: every alternative of the patterns reads only the
-characters it matches, except ``\\s+(?!\\S)``, which looks one character ahead, and a chunk never ends
-in whitespace (it ends at a printable character or at the document's end). Spaces after anything
-else (whitespace, a control character, a non-ASCII character) are not cut at: the chunk then runs
-on. ``tests/data/test_fast_encoder.py`` compares the result with ``Tokenizer.encode`` on random
-ASCII and Unicode text; ``tests/data/test_byte_pairs.py`` the split and BPE steps with the regex's
-and Hugging Face's.
+whitespace except one space in front (`` ?\\p{L}+``, `` ?\\w+(?:'\\w+)*``, ...). So a space starts a
+piece (1) right after a character that is not whitespace: the piece holding that character cannot
+take the space in; and (2) right before a character that is not whitespace: else the space is in a
+run of whitespace begun before it (only a space can be a piece's front); at the run's first
+character no other alternative matches, and ``\\s+(?!\\S)`` does, giving the run back up to, not
+including, the space (it cannot end at the next character, which is not whitespace). Cuts are made at
+such spaces only where the character that decides it is ASCII (to Hugging Face, non-ASCII characters
+such as U+00A0 are whitespace too). The chunk from one cut to the next is split alone exactly as
+inside the text: an alternative that matches alone matches the same characters in the text, the
+only character read past a chunk is by ``(?!\\S)`` at its end, which sees the next cut's space in
+the text and the end of the text alone, and both are not ``\\S``; the greedy choices are then the
+same, since a piece ends at the chunk's end in the text. Other spaces (between whitespace, or next
+to a non-ASCII character and whitespace) are not cut at: the chunk then runs on.
+``tests/data/test_fast_encoder.py`` compares the result with ``Tokenizer.encode`` on random ASCII
+and Unicode text; ``tests/data/test_byte_pairs.py`` the split and BPE steps with the regex's and
+Hugging Face's.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -50,7 +57,10 @@ __all__ = ["BytePairs", "ChunkEncoder", "encode_batches", "fast_encoder", "fits"
 Encoded = tuple[np.ndarray, np.ndarray]  # (tokens, lengths) of a list of documents
 
 SEP = "\x00"  # joins the documents of a batch (a batch whose text holds it is encoded the plain way)
-_SPACE, _FIRST, _LAST = 0x20, 0x21, 0x7E  # a space after "!".."~" starts a piece
+_SPACE = 0x20
+_SOLID = np.zeros(256, dtype=bool)  # by byte: an ASCII character that is not whitespace (SEP too)
+_SOLID[:0x80] = True
+_SOLID[[0x09, 0x0A, 0x0B, 0x0C, 0x0D, _SPACE]] = False  # \s of both patterns (not \x1c-\x1f)
 _MARKS = [chr(c) for c in range(1, 32)]  # marks the safe spaces: one the text does not hold
 _WS = r"\t\n\x0b\x0c\r "  # \s of Oniguruma (Hugging Face's regex engine) on ASCII text: not \x1c-\x1f
 #: The pre-tokenizers' patterns on ASCII text, for Python's re: GPT-2's (``\p{L}`` = ``[A-Za-z]``,
@@ -250,19 +260,21 @@ class BytePairs:
         return ids[np.argsort(pieces, kind="stable")], np.bincount(pieces, minlength=n)
 
 
-class _Index(dict[str, int]):
-    """chunk -> its row of the table; a chunk not seen yet gets the next free row and is listed in ``new``."""
+class _Index(collections.defaultdict[str, int]):
+    """key -> its row of a table; a key not held yet gets the next free row (in C, no Python call).
+    ``rows``: the table's rows in use (keys may have been removed since)."""
 
     def __init__(self, keys: list[str] | None = None) -> None:
-        super().__init__(zip(keys or [], itertools.count()))
-        self.rows = len(self)  # table rows in use
-        self.new: list[str] = []
+        keys = keys or []
+        super().__init__(itertools.count(len(keys)).__next__, zip(keys, itertools.count()))
+        self.rows = len(self)
 
-    def __missing__(self, key: str) -> int:
-        value = self.rows + len(self.new)
-        self.new.append(key)
-        self[key] = value
-        return value
+    def rows_of(self, keys: list[str]) -> tuple[np.ndarray, list[str]]:
+        """Each key's row, and the keys that were not held (their rows are ``rows`` on, in order;
+        ``rows`` is not advanced: the caller adds them to its table, then does)."""
+        before = len(self)
+        rows = np.fromiter(map(self.__getitem__, keys), dtype=np.int64, count=len(keys))
+        return rows, list(itertools.islice(reversed(self), len(self) - before))[::-1]
 
 
 class ChunkEncoder:
@@ -314,11 +326,10 @@ class ChunkEncoder:
         if text.count(SEP) != len(docs):  # a document holds SEP itself
             return self._plain(docs)
         chunks = _chunks(text)
-        index = self._index
-        rows = np.fromiter(map(index.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+        rows, new = self._index.rows_of(chunks)
         del chunks
-        if index.new:
-            self._learn(index.new)
+        if new:
+            self._learn(new)
         # The rows' ids in order: <eos> <bos> document 0, <eos> <bos> document 1, ...
         counts = self._count[rows]
         stream = _gather(self._flat, self._offset[rows], counts)
@@ -340,7 +351,7 @@ class ChunkEncoder:
     def _learn(self, new: list[str]) -> None:
         """Encode the chunks first seen in this call and add their rows (:meth:`_encode`)."""
         index = self._index
-        is_doc = np.fromiter((c[:1] == SEP for c in new), dtype=bool, count=len(new))
+        is_doc = np.fromiter(map(str.startswith, new, itertools.repeat(SEP)), dtype=bool, count=len(new))
         flat, count = self._encode(new)
         self._offset = np.concatenate([self._offset, self._flat.size + np.cumsum(count) - count])
         self._flat = np.concatenate([self._flat, flat])
@@ -348,10 +359,9 @@ class ChunkEncoder:
         self._is_doc = np.concatenate([self._is_doc, is_doc])
         self._keys += new
         index.rows += len(new)
-        for c in new:
-            if len(c) > self.max_chunk_chars:
-                del index[c]  # rarely seen again: not looked up (its row stays until the table is cut down)
-        index.new = []
+        lengths = np.fromiter(map(len, new), dtype=np.int64, count=len(new))
+        for i in np.flatnonzero(lengths > self.max_chunk_chars).tolist():
+            del index[new[i]]  # rarely seen again: not looked up (its row stays until the table is cut down)
 
     def _encode(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``chunks`` (``<eos> <bos>`` and the text after SEP for a document's first chunk,
@@ -414,15 +424,13 @@ class ChunkEncoder:
     def _lookup(self, pieces: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of ``pieces`` from the piece table (new ones encoded by :meth:`_hf` and added), one
         after the other, and the number of each (0 for an empty piece)."""
-        index = self._pieces
-        rows = np.fromiter(map(index.__getitem__, pieces), dtype=np.int64, count=len(pieces))
-        if index.new:
-            flat, count = self._hf(index.new)
+        rows, new = self._pieces.rows_of(pieces)
+        if new:
+            flat, count = self._hf(new)
             self._poffset = np.concatenate([self._poffset, self._pflat.size + np.cumsum(count) - count])
             self._pcount = np.concatenate([self._pcount, count])
             self._pflat = np.concatenate([self._pflat, flat])
-            index.rows += len(index.new)
-            index.new = []
+            self._pieces.rows += len(new)
         counts = self._pcount[rows]
         some = counts > 0
         if not some.any():
@@ -497,18 +505,19 @@ def _gather(flat: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> np.nda
 
 
 def _chunks(text: str) -> list[str]:
-    """``text`` cut at every space that is a safe cut (the space left out): after ``!``..``~``; after SEP
-    (a document's first character is a space); before SEP (the space that joins two documents). The
-    safe spaces are marked with a character the text does not hold and the text split at it (if it
-    holds every candidate: split at every space and the chunks around the other spaces joined again)."""
-    # In UTF-8 a byte below 0x80 is always an ASCII character: a space, SEP or ``!``..``~`` is found as in the text.
+    """``text`` cut at every space that is a safe cut (the space left out; see the module docstring):
+    after or before an ASCII character that is not whitespace (SEP too: a document's first character
+    is a space; the space before it joins two documents). The safe spaces are marked with a
+    character the text does not hold and the text split at it (if it holds every candidate: split at
+    every space and the chunks around the other spaces joined again)."""
+    # In UTF-8 a byte below 0x80 is always an ASCII character: the ones looked at are found as in the text.
     codes = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     spaces = np.flatnonzero(codes == _SPACE)  # never 0
     if spaces.size == 0:
         return [text]
     before = codes[spaces - 1]
     after = codes[np.minimum(spaces + 1, codes.size - 1)]  # the last character: a space, not SEP
-    safe = ((before >= _FIRST) & (before <= _LAST)) | (before == 0) | (after == 0)
+    safe = _SOLID[before] | _SOLID[after]
     if safe.all():
         return text.split(" ")
     mark = next((m for m in _MARKS if m not in text), None)
