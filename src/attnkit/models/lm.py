@@ -377,6 +377,7 @@ class LanguageModel(nn.Module):
                 raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
             if decode is None:
                 raise ValueError("stop_strings need `decode` (token ids -> text), e.g. tokenizer.decode")
+        stop = (list(stop_strings), decode) if stop_strings and decode is not None else None
         device = self.token_embedding.weight.device
         if not isinstance(prompt_ids, Tensor):
             if padding_mask is not None:
@@ -404,7 +405,7 @@ class LanguageModel(nn.Module):
                 repetition_penalty,
                 use_cache,
                 stop_at_eos,
-                (list(stop_strings), decode) if stop_strings else None,
+                stop,
                 on_token,
             )
         finally:

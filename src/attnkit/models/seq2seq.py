@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from attnkit.models.config import EncoderConfig
 from attnkit.models.encoders import _check_ids, _positional
-from attnkit.nn import DecoderCache, TransformerDecoder, TransformerEncoder
+from attnkit.nn import DecoderCache, LearnedPositionalEncoding, TransformerDecoder, TransformerEncoder
 
 __all__ = [
     "Hypotheses",
@@ -102,7 +102,7 @@ class Seq2SeqTransformer(nn.Module):
         assert positional is not None
         self.src_positional = positional
         self.tgt_positional = (
-            positional if config.positional == "sinusoidal" else _positional("learned", d, config.max_len)
+            positional if config.positional == "sinusoidal" else LearnedPositionalEncoding(d, config.max_len)
         )
         self.dropout = nn.Dropout(config.dropout)
         kwargs = config.stack_kwargs()

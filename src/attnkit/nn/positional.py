@@ -11,7 +11,7 @@ inside attention; ALiBi adds ``-slope * distance`` to the attention scores (see
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -202,7 +202,7 @@ class RotaryEmbedding(nn.Module):
         self.dim = dim
         self.base = base
         self.scaling = scaling
-        self._params = dict(
+        self._params: dict[str, Any] = dict(
             factor=factor,
             low_freq_factor=low_freq_factor,
             high_freq_factor=high_freq_factor,
@@ -213,7 +213,7 @@ class RotaryEmbedding(nn.Module):
     def _inv_freq(self, seq_len: int | None, device: torch.device | None = None) -> Tensor:
         return rope_inv_freq(
             self.dim, base=self.base, scaling=self.scaling, seq_len=seq_len, device=device, **self._params
-        )  # type: ignore[arg-type]
+        )
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
         """Cosines and sines ``[T, dim]`` for positions ``[T]``, or ``[B, 1, T, dim]`` for per-row ``[B, T]``."""
