@@ -1,0 +1,235 @@
+"""Mutation testing of attnkit's core modules with mutmut: can the tests fail?
+
+Each module is mutated on its own, against the tests that exercise it (a few files, seconds per mutant):
+
+    .venv/bin/python tools/mutation.py                   # every module, then the table
+    .venv/bin/python tools/mutation.py --module masks    # one module (repeat --module for more)
+    .venv/bin/python tools/mutation.py --table           # the table of the last runs, nothing run
+    .venv/bin/python tools/mutation.py --module masks --worktree   # the working tree, not a commit
+
+How: the module's commit (``--rev``, default ``HEAD``; ``--worktree`` copies the working tree instead)
+is unpacked into ``mutants/<module>/`` (``src/``, ``tests/``, ``pyproject.toml``), a ``[tool.mutmut]``
+table naming that one module and its tests is appended to the copy's ``pyproject.toml``, and
+``mutmut run --max-children 1`` runs there (mutmut 3 copies that tree again into its own ``mutants/``
+and switches mutants on at run time). Nothing under ``src/`` of the checkout is touched. The copy's
+mutated ``src`` is put first on ``PYTHONPATH`` so that test subprocesses import it too. One worker,
+``OMP_NUM_THREADS=1``: this is a shared two-core machine.
+
+Counting: *killed* is mutmut's killed plus timeout (a mutant that makes the tests hang past mutmut's
+CPU limit) plus a test process killed by a signal; *survived* is every other mutant, mutmut's
+"no tests" ones (no focused test calls the mutated function) included. A survivor whose name is in
+:data:`EQUIVALENT` is one that changes nothing observable; the reason is kept there and printed. The
+score is killed / all mutants, equivalent survivors not taken out.
+
+Not run by CI: a full run takes tens of minutes. The table is on docs/development.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "mutants"
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    tests: tuple[str, ...]
+
+
+# The modules of issue 21 and the tests that exercise them, in the order they are run.
+NN = ("tests/nn/test_attention.py", "tests/nn/test_errors.py", "tests/nn/test_properties.py")
+MODULES: dict[str, Module] = {
+    "masks": Module(
+        "src/attnkit/nn/masks.py",
+        ("tests/nn/test_masks.py", *NN, "tests/nn/test_modern_blocks.py", "tests/nn/test_masks_mutants.py"),
+    ),
+    "attention": Module(
+        "src/attnkit/nn/attention.py",
+        (*NN, "tests/nn/test_modern_blocks.py", "tests/nn/test_attention_mutants.py"),
+    ),
+    "positional": Module(
+        "src/attnkit/nn/positional.py",
+        ("tests/nn/test_positional.py", "tests/nn/test_modern_blocks.py", "tests/nn/test_positional_mutants.py"),
+    ),
+    "generation": Module(
+        "src/attnkit/models/generation.py",
+        (
+            "tests/models/test_lm_batched_generation.py",
+            "tests/models/test_lm_model.py",
+            "tests/models/test_generation_mutants.py",
+        ),
+    ),
+    "splits": Module(
+        "src/attnkit/data/splits.py",
+        ("tests/data/test_splits.py", "tests/data/test_splits_mutants.py"),
+    ),
+    "cache": Module(
+        "src/attnkit/data/cache.py",
+        ("tests/data/test_cache.py", "tests/data/test_cache_mutants.py"),
+    ),
+    "preemption": Module(
+        "src/attnkit/training/preemption.py",
+        ("tests/training/test_preemption.py", "tests/training/test_preemption_mutants.py"),
+    ),
+    "storage": Module(
+        "src/attnkit/tuning/storage.py",
+        ("tests/tuning/test_storage.py", "tests/tuning/test_storage_mutants.py"),
+    ),
+}
+
+# Surviving mutants that change nothing observable, with the reason (mutmut's names: module, function, number).
+EQUIVALENT: dict[str, str] = {}
+
+# mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
+KILLED_STATUSES = {"killed", "timeout", "segfault"}
+
+
+def unpack(module: Module, rev: str | None, dest: Path) -> None:
+    """``src/``, ``tests/`` and ``pyproject.toml`` of ``rev`` (or of the working tree) into ``dest``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    if rev is None:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        for name in ("src", "tests"):
+            shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+        shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    else:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", rev, "src", "tests", "pyproject.toml"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+    # mutmut copies src/ to mutants/src/ only after it started; made now, so that the PYTHONPATH entry that
+    # points there is not cached as missing (the checkout's src/, on sys.path by the editable install, would win).
+    (dest / "mutants" / "src").mkdir(parents=True)
+    pyproject = dest / "pyproject.toml"
+    text = pyproject.read_text()
+    if "mutmut" in tomllib.loads(text).get("tool", {}):
+        raise SystemExit("pyproject.toml already has a [tool.mutmut] table; this script writes its own")
+    tests = [t for t in module.tests if (dest / t).exists()]
+    missing = sorted(set(module.tests) - set(tests))
+    if missing:
+        print(f"  (not in this tree, skipped: {', '.join(missing)})")
+    config = {
+        "source_paths": ["src"],
+        "only_mutate": [module.path],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
+    pyproject.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+
+
+def mutmut(args: list[str], cwd: Path, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    # Test subprocesses import the mutated copy (the mutant to switch on travels in MUTANT_UNDER_TEST).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd / "mutants" / "src"), env.get("PYTHONPATH")) if p)
+    exe = Path(sys.executable).with_name("mutmut")
+    if log is None:
+        return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    with log.open("w") as out:
+        return subprocess.run([str(exe), *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def run_module(name: str, rev: str | None) -> dict:
+    from mutmut.stats import status_by_exit_code
+
+    module = MODULES[name]
+    dest = WORK / name
+    print(f"== {name}: {module.path} at {rev or 'the working tree'}", flush=True)
+    unpack(module, rev, dest)
+    log = dest / "mutmut.log"
+    proc = mutmut(["run", "--max-children", "1"], dest, log)
+    meta = dest / "mutants" / (module.path + ".meta")
+    if proc.returncode != 0 or not meta.exists():
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); the end of {log}:\n{tail}")
+    exit_codes = json.loads(meta.read_text())["exit_code_by_key"]
+    statuses = {key: status_by_exit_code[code] for key, code in exit_codes.items()}
+    survivors = {}
+    for key in sorted(k for k, s in statuses.items() if s not in KILLED_STATUSES):
+        diff = mutmut(["show", key], dest).stdout
+        survivors[key] = {"status": statuses[key], "diff": diff.split("\n", 1)[-1].strip()}
+    commit = None
+    if rev is not None:
+        commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True)
+        commit = commit.stdout.strip()
+    result = {
+        "module": module.path,
+        "tests": list(module.tests),
+        "commit": commit,
+        "mutants": len(statuses),
+        "killed": sum(s == "killed" for s in statuses.values()),
+        "timeout": sum(s in ("timeout", "segfault") for s in statuses.values()),
+        "survived": survivors,
+    }
+    (dest / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def table(names: list[str]) -> str:
+    rows = [
+        "| module | mutants | killed | survived | equivalent | % killed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    notes = []
+    for name in names:
+        path = WORK / name / "result.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        killed = r["killed"] + r["timeout"]
+        survived = r["survived"]
+        equivalent = [k for k in survived if k in EQUIVALENT]
+        pct = 100.0 * killed / r["mutants"] if r["mutants"] else 100.0
+        timeouts = f" ({r['timeout']} by timeout)" if r["timeout"] else ""
+        rows.append(
+            f"| `{r['module'].removeprefix('src/')}` | {r['mutants']} | {killed}{timeouts} | {len(survived)} "
+            f"| {len(equivalent)} | {pct:.1f} |"
+        )
+        for key, info in survived.items():
+            reason = EQUIVALENT.get(key, f"NOT EXPLAINED ({info['status']})")
+            notes.append(f"{key}: {reason}")
+    return "\n".join([*rows, "", *notes])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--module", action="append", choices=list(MODULES), help="run only this module (repeatable)")
+    parser.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
+    parser.add_argument("--worktree", action="store_true", help="mutate the working tree instead of a commit")
+    parser.add_argument("--table", action="store_true", help="print the table of the last runs; run nothing")
+    parser.add_argument("--diffs", action="store_true", help="print each survivor's diff")
+    args = parser.parse_args(argv)
+    names = args.module or list(MODULES)
+    if not args.table:
+        for name in names:
+            run_module(name, None if args.worktree else args.rev)
+    print(table(names))
+    if args.diffs:
+        for name in names:
+            path = WORK / name / "result.json"
+            if path.exists():
+                for key, info in json.loads(path.read_text())["survived"].items():
+                    print(f"\n# {key} ({info['status']})\n{info['diff']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
