@@ -11,11 +11,13 @@ source files' contents, the tokenizer (or the options it is built with) and the 
 change of any of them gives a new entry.
 
 Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
-last; the manifest lists every file's size and a hash of 64 blocks spread over it (the whole file
-when small). An entry whose files are missing, of another size or with another hash is rebuilt,
-never used (a warning says so). Two processes that build the same entry at once both finish; the
-first rename wins. Under DDP, Lightning calls ``prepare_data`` (which builds) on one process per
-node before the others ``setup`` (which only opens).
+last; the manifest lists every file's size and the XXH3-128 hash of all of its bytes (``xxhash``:
+about 0.1 s per GB read from the page cache, so every byte is checked each time an entry is opened).
+An entry whose files are missing, of another size or with another hash is rebuilt, never used (a
+warning names the file); an entry of another ``version`` (an older format) is rebuilt too. Two
+processes that build the same entry at once both finish; the first rename wins. Under DDP,
+Lightning calls ``prepare_data`` (which builds) on one process per node before the others ``setup``
+(which only opens).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from attnkit.io import write_json_atomic, write_text_atomic
 
@@ -45,15 +48,18 @@ __all__ = [
     "cache_root",
     "content_digest",
     "entry_key",
+    "file_hash",
     "open_or_build",
+    "reuse_entry",
     "source_digests",
     "token_dtype",
 ]
 
 CACHE_ENV = "ATTNKIT_CACHE"
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-_SAMPLE_BLOCKS, _BLOCK = 64, 1 << 16
+FORMAT_VERSION = 2  # 1: hashes of 64 sampled blocks; 2: XXH3-128 of every byte
+HASH = "xxh3_128"
+_READ = 1 << 23  # bytes read at a time when hashing
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -92,17 +98,13 @@ def source_digests(files: dict[str, str | None], root: Path) -> dict[str, str]:
     return {name: content_digest(path, root) for name, path in files.items() if path}
 
 
-def _sample_hash(path: Path) -> str:
-    """Hash of the whole file when small, else of 64 blocks of 64 KiB spread evenly over it."""
-    size = path.stat().st_size
-    h = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as f:
-        if size <= _SAMPLE_BLOCKS * _BLOCK:
-            h.update(f.read())
-        else:
-            for i in range(_SAMPLE_BLOCKS):
-                f.seek((size - _BLOCK) * i // (_SAMPLE_BLOCKS - 1))
-                h.update(f.read(_BLOCK))
+def file_hash(path: Path) -> str:
+    """XXH3-128 of every byte of the file (hex)."""
+    h = xxhash.xxh3_128()
+    buffer = memoryview(bytearray(_READ))
+    with path.open("rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            h.update(buffer[:n])
     return h.hexdigest()
 
 
@@ -116,9 +118,11 @@ class TokenCache:
         self.dtype = np.dtype(manifest["dtype"])
 
     @classmethod
-    def open(cls, folder: str | os.PathLike[str]) -> TokenCache | None:
+    def open(cls, folder: str | os.PathLike[str], *, verify: bool = True) -> TokenCache | None:
         """The entry in ``folder``, or ``None`` when there is none or it is incomplete or changed
-        (then a warning names the problem; the caller rebuilds it)."""
+        (then a warning names the problem; the caller rebuilds it). Every byte of every file is
+        hashed and compared with the manifest; ``verify=False`` checks the files' sizes only (for an
+        entry this process has just written)."""
         folder = Path(folder)
         manifest_path = folder / MANIFEST
         if not manifest_path.is_file():
@@ -128,8 +132,8 @@ class TokenCache:
         except (OSError, json.JSONDecodeError) as err:
             warnings.warn(f"token cache {folder}: unreadable manifest ({err}); rebuilding it", stacklevel=2)
             return None
-        if manifest.get("version") != FORMAT_VERSION:
-            return None
+        if manifest.get("version") != FORMAT_VERSION or manifest.get("hash") != HASH:
+            return None  # an older format: rebuilt
         for name, want in manifest["files"].items():
             path = folder / name
             problem = None
@@ -137,8 +141,8 @@ class TokenCache:
                 problem = "is missing"
             elif path.stat().st_size != want["size"]:
                 problem = f"has {path.stat().st_size} bytes, the manifest says {want['size']} (truncated?)"
-            elif _sample_hash(path) != want["hash"]:
-                problem = "was changed after it was written"
+            elif verify and file_hash(path) != want["hash"]:
+                problem = "was changed after it was written (its hash differs from the manifest's)"
             if problem:
                 warnings.warn(f"token cache {folder}: {name} {problem}; rebuilding the cache", stacklevel=2)
                 return None
@@ -331,8 +335,8 @@ class CacheWriter:
         files: dict[str, dict[str, Any]] = {}
         for name in names + self._arrays:
             path = self.folder / name
-            files[name] = {"size": path.stat().st_size, "hash": _sample_hash(path)}
-        manifest = {"version": FORMAT_VERSION, "dtype": self.dtype.name, "files": files, "meta": meta}
+            files[name] = {"size": path.stat().st_size, "hash": file_hash(path)}
+        manifest = {"version": FORMAT_VERSION, "hash": HASH, "dtype": self.dtype.name, "files": files, "meta": meta}
         write_json_atomic(self.folder / MANIFEST, manifest)
 
     def abort(self) -> None:
@@ -355,21 +359,43 @@ def open_or_build(folder: Path, build: Callable[[Path], None]) -> TokenCache:
         return cache
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    ours = False  # whether the entry in place is the one just built (its hashes were just computed)
     try:
         build(tmp)
         if folder.exists() and TokenCache.open(folder) is None:
             shutil.rmtree(folder, ignore_errors=True)  # a broken entry: replaced
         try:
             os.rename(tmp, folder)
+            ours = True
         except OSError:
             if TokenCache.open(folder) is None:  # not another process's complete entry
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    cache = TokenCache.open(folder)
+    cache = TokenCache.open(folder, verify=not ours)
     if cache is None:
         raise RuntimeError(f"token cache {folder}: the entry just built cannot be opened")
     return cache
+
+
+def reuse_entry(given: Path, built: Path, meta: dict[str, Any]) -> Path:
+    """``built`` when its manifest (read, not yet checked against the files) records these ``meta``
+    items, else ``given``.
+
+    A data module given its tokenizer (a trained run's, from its checkpoint: evaluation, the run's
+    report) keys its entry by that tokenizer (``given``); the run that built the tokenizer keyed the
+    same data by the options it was built with (``built``). When that entry records the same
+    tokenizer, it holds what would be built: it is opened (every byte checked) instead of a second
+    entry built. Were its files damaged, it is rebuilt in place with the same result."""
+    try:
+        manifest = json.loads((built / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return given
+    if not isinstance(manifest, dict) or manifest.get("version") != FORMAT_VERSION:
+        return given
+    have = manifest.get("meta") or {}
+    same = all(json.dumps(have.get(k), sort_keys=True) == json.dumps(v, sort_keys=True) for k, v in meta.items())
+    return built if same else given
 
 
 def entry_key(parts: dict[str, Any]) -> str:
