@@ -40,6 +40,7 @@ from attnkit.data.cache import (
     content_digest,
     entry_key,
     open_or_build,
+    reuse_entry,
     token_dtype,
 )
 from attnkit.data.encode import encode_batches, tokenize_workers
@@ -235,6 +236,7 @@ class LanguageModelDataModule(SplitDataModule):
         self.test_only = test_only
         self._tokenizer = tokenizer
         self.cache: TokenCache | None = None
+        self._folder: Path | None = None
         self.documents: dict[str, CachedTexts] = {}
         self.datasets: dict[str, PackedBlocks] = {}
 
@@ -260,7 +262,20 @@ class LanguageModelDataModule(SplitDataModule):
     BATCH_CHARS = 1 << 21  # documents are tokenized in batches of about this many characters
 
     def cache_folder(self) -> Path:
-        """Where this data's cache entry is (see :mod:`attnkit.data.cache` for the key)."""
+        """Where this data's cache entry is (see :mod:`attnkit.data.cache` for the key). Computed
+        once: ``setup`` then takes the tokenizer from the entry, which must not move the key (a
+        second ``prepare_data``, as ``Trainer.fit`` calls it after ``setup``, would build the same
+        data again under a new key). Given a tokenizer (a trained run's), the entry of the run that
+        built it from these options is used when it holds that tokenizer
+        (:func:`attnkit.data.cache.reuse_entry`)."""
+        if self._folder is None:
+            given = self._tokenizer
+            self._folder = self._key_folder(given)
+            if given is not None and not self.test_only:
+                self._folder = reuse_entry(self._folder, self._key_folder(None), {"tokenizer": given.to_dict()})
+        return self._folder
+
+    def _key_folder(self, tokenizer: Tokenizer | None) -> Path:
         c = self.cfg
         root = cache_root(c.cache_dir)
         if c.source == BUILTIN:
@@ -268,16 +283,19 @@ class LanguageModelDataModule(SplitDataModule):
         else:
             sources = [content_digest(p, root) for p in corpus_files(c.source)]
         config = c.model_dump(exclude={"source", "cache_dir", "tokenize_workers"})
-        if self._tokenizer is not None:
-            config["tokenizer"] = hashlib.blake2b(self._tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
+        if tokenizer is not None:
+            config["tokenizer"] = hashlib.blake2b(tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
             config.pop("vocab_size"), config.pop("min_freq")
         if self.test_only:
             config["test_only"] = True
         return root / "lm" / entry_key({"sources": sources, "config": config, "format": 1})
 
     def prepare_data(self) -> None:
-        """Build the token cache unless it exists (nothing is downloaded)."""
-        self.cache = open_or_build(self.cache_folder(), self._build_cache)
+        """Build the token cache unless it exists (nothing is downloaded); once opened (and checked),
+        it is not opened again."""
+        folder = self.cache_folder()
+        if self.cache is None or self.cache.folder != folder:
+            self.cache = open_or_build(folder, self._build_cache)
 
     def _documents(self) -> Iterator[str]:
         c = self.cfg

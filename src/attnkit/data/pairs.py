@@ -35,6 +35,7 @@ from attnkit.data.cache import (
     cache_root,
     entry_key,
     open_or_build,
+    reuse_entry,
     source_digests,
     token_dtype,
 )
@@ -375,23 +376,32 @@ class PairsDataModule(SplitDataModule):
     def cache_folder(self) -> Path:
         """Where this data's cache entry is: its key hashes the pairs files' contents, the
         tokenizers (or the options they are built with) and the data config fields that change
-        the encoded splits."""
+        the encoded splits. Given a run's tokenizers, the entry that run built is used when it holds
+        them (:func:`attnkit.data.cache.reuse_entry`)."""
         if self._folder is None:
-            c = self.cfg
-            root = cache_root(c.cache_dir)
-            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
-            config = c.model_dump(include=_ENCODING_FIELDS)
+            self._folder = self._key_folder(self._tokenizers)
             if self._tokenizers is not None:
                 src, tgt = self._tokenizers
-                config["tokenizers"] = [entry_key(src.to_dict()), None if tgt is src else entry_key(tgt.to_dict())]
-                for name in ("tokenizer", "shared_vocab", "vocab_size", "min_freq"):
-                    config.pop(name)
-            self._folder = root / "translate" / entry_key({"sources": sources, "config": config, "format": 1})
+                meta = {"src_tokenizer": src.to_dict(), "tgt_tokenizer": None if tgt is src else tgt.to_dict()}
+                self._folder = reuse_entry(self._folder, self._key_folder(None), meta)
         return self._folder
 
+    def _key_folder(self, tokenizers: tuple[Tokenizer, Tokenizer] | None) -> Path:
+        c = self.cfg
+        root = cache_root(c.cache_dir)
+        sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
+        config = c.model_dump(include=_ENCODING_FIELDS)
+        if tokenizers is not None:
+            src, tgt = tokenizers
+            config["tokenizers"] = [entry_key(src.to_dict()), None if tgt is src else entry_key(tgt.to_dict())]
+            for name in ("tokenizer", "shared_vocab", "vocab_size", "min_freq"):
+                config.pop(name)
+        return root / "translate" / entry_key({"sources": sources, "config": config, "format": 1})
+
     def prepare_data(self) -> None:
-        """A pairs file source: build the token cache unless it exists (nothing is downloaded)."""
-        if self.cached():
+        """A pairs file source: build the token cache unless it exists (nothing is downloaded); once
+        opened (and checked), it is not opened again."""
+        if self.cached() and (self.cache is None or self.cache.folder != self.cache_folder()):
             self.cache = open_or_build(self.cache_folder(), self._build_cache)
 
     def setup(self, stage: str | None = None) -> None:

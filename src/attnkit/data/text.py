@@ -30,6 +30,7 @@ from attnkit.data.cache import (
     cache_root,
     entry_key,
     open_or_build,
+    reuse_entry,
     source_digests,
     token_dtype,
 )
@@ -289,7 +290,8 @@ def load_table(
     fractions = [val_fraction if name == "val" else test_fraction for name in held]
     if group_column is not None:
         groups = read_column(path, group_column)
-        keep, *parts = (list(idx) for idx in group_split(groups, fractions, seed, stratify=labels))
+        where = f"{path} (groups of column {group_column!r})"
+        keep, *parts = (list(idx) for idx in group_split(groups, fractions, seed, stratify=labels, where=where))
     else:
         keep, parts = stratified_split(labels, fractions, seed)
     for name, idx in zip(held, parts):
@@ -488,22 +490,31 @@ class TextClassificationDataModule(SplitDataModule):
     def cache_folder(self) -> Path:
         """Where this data's cache entry is: its key hashes the table files' contents, the
         tokenizer (or the options it is built with), the given label names and the data config
-        fields that change the encoded splits."""
+        fields that change the encoded splits. Given a run's tokenizer and labels, the entry that run
+        built is used when it holds them (:func:`attnkit.data.cache.reuse_entry`)."""
         if self._folder is None:
-            c = self.cfg
-            root = cache_root(c.cache_dir)
-            sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
-            config = c.model_dump(exclude={"source", "val_source", "test_source", "cache_dir", "synthetic_size"})
-            if self._tokenizer is not None:
-                config["tokenizer"] = entry_key(self._tokenizer.to_dict())
-                config.pop("vocab_size"), config.pop("min_freq")
-            config["label_names"] = self._label_names
-            self._folder = root / "classify" / entry_key({"sources": sources, "config": config, "format": 1})
+            tok, names = self._tokenizer, self._label_names
+            self._folder = self._key_folder(tok, names)
+            if tok is not None:
+                meta = {"tokenizer": tok.to_dict(), "label_names": names}
+                self._folder = reuse_entry(self._folder, self._key_folder(None, None), meta)
         return self._folder
 
+    def _key_folder(self, tokenizer: Tokenizer | None, label_names: list[str] | None) -> Path:
+        c = self.cfg
+        root = cache_root(c.cache_dir)
+        sources = source_digests({name: getattr(c, name) for name in ("source", "val_source", "test_source")}, root)
+        config = c.model_dump(exclude={"source", "val_source", "test_source", "cache_dir", "synthetic_size"})
+        if tokenizer is not None:
+            config["tokenizer"] = entry_key(tokenizer.to_dict())
+            config.pop("vocab_size"), config.pop("min_freq")
+        config["label_names"] = label_names
+        return root / "classify" / entry_key({"sources": sources, "config": config, "format": 1})
+
     def prepare_data(self) -> None:
-        """A table source: build the token cache unless it exists (nothing is downloaded)."""
-        if self.cached():
+        """A table source: build the token cache unless it exists (nothing is downloaded); once
+        opened (and checked), it is not opened again."""
+        if self.cached() and (self.cache is None or self.cache.folder != self.cache_folder()):
             self.cache = open_or_build(self.cache_folder(), self._build_cache)
 
     def setup(self, stage: str | None = None) -> None:
