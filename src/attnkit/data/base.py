@@ -18,14 +18,15 @@ from typing import Any
 import lightning as L
 import torch
 from pydantic import ConfigDict, field_validator
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
-from torchdata.stateful_dataloader.sampler import RandomSampler
+from torchdata.stateful_dataloader.sampler import RandomSampler, StatefulDistributedSampler
 
 from attnkit.config import StrictModel
 
 __all__ = [
     "DataConfig",
+    "EpochDistributedSampler",
     "EvalBatches",
     "SplitDataModule",
     "TestDataModule",
@@ -93,6 +94,23 @@ class EvalBatches(Sampler[list[int]]):
         return len(range(self.rank * self.batch_size, self.size, self.batch_size * self.num_replicas))
 
 
+class EpochDistributedSampler(StatefulDistributedSampler):
+    """torchdata's stateful :class:`~torch.utils.data.DistributedSampler` (it saves how many indices it
+    gave this epoch) that also saves its epoch, the seed of the epoch's order.
+
+    Lightning creates the training iterator of a resumed run before it calls ``set_epoch``: without
+    its epoch restored, a run resumed mid-epoch would go on with the remaining batches of epoch 0's
+    order instead of those of the epoch it was stopped in.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "epoch": self.epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.epoch = int(state_dict.get("epoch", self.epoch))
+
+
 class SplitDataModule(L.LightningDataModule):
     """A data module of train/val/test splits: subclasses build one loader in :meth:`_loader`;
     the training split is shuffled, validation and test keep their order."""
@@ -115,14 +133,14 @@ class SplitDataModule(L.LightningDataModule):
 
         One process: when shuffled, the order comes from a generator seeded with ``seed``
         (``None``: the seed of torch's global generator, which the run seeds), the same order for
-        the same seed. Several processes (see the module docstring): a shuffled split gets a
-        :class:`~torch.utils.data.DistributedSampler` (seeded the same way, the same on every
-        process; the last ``len % processes`` examples of each epoch's order are left out, so that
-        the shards are disjoint and equal), an ordered one :class:`EvalBatches`.
+        the same seed. Several processes (see the module docstring): a shuffled split gets an
+        :class:`EpochDistributedSampler` (seeded the same way, the same on every process; the last
+        ``len % processes`` examples of each epoch's order are left out, so that the shards are
+        disjoint and equal), an ordered one :class:`EvalBatches`.
 
         The loader is stateful (``torchdata``'s :class:`StatefulDataLoader`): Lightning saves its
-        position (and the stateful sampler's generator) in every checkpoint and restores them, so a
-        run resumed mid-epoch continues with the very batches it would have seen. The generator is
+        position (and the stateful sampler's generator, or epoch) in every checkpoint and restores
+        them, so a run resumed mid-epoch continues with the very batches it would have seen. The generator is
         the sampler's alone (the loader draws nothing from it), so the orders do not depend on how
         often a loader was started."""
         common: dict[str, Any] = dict(
@@ -131,7 +149,7 @@ class SplitDataModule(L.LightningDataModule):
         seed = torch.initial_seed() if seed is None else seed
         world, rank = process_shard(self)
         if world > 1 and shuffle:
-            sampler = DistributedSampler(
+            sampler = EpochDistributedSampler(
                 dataset,
                 num_replicas=world,
                 rank=rank,
