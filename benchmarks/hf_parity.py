@@ -9,8 +9,10 @@ Run::
 For each family a random ``...ForCausalLM`` is built locally (nothing downloaded): 8 query heads over
 2 key/value heads (grouped-query attention), SwiGLU feed-forward 1408, context 512; Llama with Llama
 3.1's ``llama3`` rope scaling (factor 8, original context 128, theta 500000), Mistral with a sliding
-window of 64, Qwen2 with its q/k/v biases. It is saved with ``save_pretrained``, loaded with
-:func:`attnkit.interop.load_pretrained`, and compared in float32 with transformers' eager attention:
+window of 64, Qwen2 with its q/k/v biases. Every parameter is then perturbed with seeded noise
+(``tests/interop/interop_parity.py``: a fresh init leaves every bias at 0 and every norm weight at 1,
+where a dropped bias or a swapped norm weight would not show). It is saved with ``save_pretrained``,
+loaded with :func:`attnkit.interop.load_pretrained`, and compared in float32 with transformers' eager attention:
 the largest logit difference over 2 × 256 tokens, 32 greedy tokens (attnkit's KV cache against
 ``generate``), and the logits of the folder :func:`attnkit.interop.export_hf` writes, loaded back by
 ``AutoModelForCausalLM``. Exits 1 when a difference exceeds ``--tol`` (1e-5) or a token differs.
@@ -21,11 +23,15 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from attnkit.interop import export_hf, load_pretrained
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "interop"))
+from interop_parity import perturb  # the helper the parity tests use
 
 LLAMA3 = {
     "rope_type": "llama3",
@@ -52,6 +58,7 @@ def check(model_type: str, extra: dict, quick: bool, tol: float) -> bool:
         **extra,
     )
     ref = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    perturb(ref, seed=sum(map(ord, model_type)))  # q/k/v biases and norm weights included
     ids = torch.randint(3, config.vocab_size, (2, 256))
     with tempfile.TemporaryDirectory() as folder:
         ref.save_pretrained(folder)

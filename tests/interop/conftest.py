@@ -1,5 +1,8 @@
-"""Small random BERT and GPT-2 models and their tokenizers, built locally with ``transformers`` and
-``tokenizers`` and saved as Hugging Face folders (nothing is downloaded)."""
+"""Small random BERT, GPT-2, Llama, Mistral and Qwen2 models and their tokenizers, built locally with
+``transformers`` and ``tokenizers`` and saved as Hugging Face folders (nothing is downloaded). Every
+parameter of each model is randomised by :func:`interop_parity.perturb` before it is saved, its biases and
+norm weights included (a fresh init leaves them at 0 and 1, where a dropped bias or a swapped norm
+weight would go unnoticed)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from interop_parity import perturb
 from tokenizers import ByteLevelBPETokenizer
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
@@ -80,15 +84,14 @@ def _vocab_size(folder: Path) -> int:
     return len(json.loads((folder / "vocab.json").read_text(encoding="utf-8")))
 
 
-@pytest.fixture(scope="session")
-def bert_dir(tmp_path_factory: pytest.TempPathFactory, wordpiece_dir: Path) -> Path:
-    """A random ``BertModel`` (with pooler) saved by ``save_pretrained``, plus the WordPiece ``vocab.txt``."""
+def build_bert(folder: Path, vocab_dir: Path, *, perturbed: bool = True) -> Path:
+    """A random ``BertModel`` (with pooler) saved by ``save_pretrained`` into ``folder``, plus the
+    WordPiece ``vocab.txt`` of ``vocab_dir``; every tensor perturbed unless ``perturbed`` is false."""
     from transformers import BertConfig, BertModel
 
-    folder = tmp_path_factory.mktemp("bert")
     torch.manual_seed(1)
     config = BertConfig(
-        vocab_size=_vocab_size(wordpiece_dir),
+        vocab_size=_vocab_size(vocab_dir),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
@@ -96,9 +99,26 @@ def bert_dir(tmp_path_factory: pytest.TempPathFactory, wordpiece_dir: Path) -> P
         max_position_embeddings=64,
         initializer_range=0.1,
     )
-    BertModel(config).save_pretrained(folder)
-    (folder / "vocab.txt").write_bytes((wordpiece_dir / "vocab.txt").read_bytes())
+    model = BertModel(config)
+    if perturbed:
+        perturb(model, seed=1)
+    model.save_pretrained(folder)
+    (folder / "vocab.txt").write_bytes((vocab_dir / "vocab.txt").read_bytes())
     return folder
+
+
+@pytest.fixture(scope="session")
+def bert_dir(tmp_path_factory: pytest.TempPathFactory, wordpiece_dir: Path) -> Path:
+    """A random BERT, every tensor perturbed (what the parity tests import)."""
+    return build_bert(tmp_path_factory.mktemp("bert"), wordpiece_dir)
+
+
+@pytest.fixture(scope="session")
+def bert_init_dir(tmp_path_factory: pytest.TempPathFactory, wordpiece_dir: Path) -> Path:
+    """The same BERT as transformers initialises it (biases 0, norm weights 1), unperturbed: the encoder
+    the LoRA fine-tuning test learns from (its accuracy bound was measured on it; a perturbed random
+    encoder is a worse feature extractor for that small task, 0.73 instead of 0.85)."""
+    return build_bert(tmp_path_factory.mktemp("bert-init"), wordpiece_dir, perturbed=False)
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +140,9 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory, bpe_dir: Path) -> Path:
         eos_token_id=eot,
         initializer_range=0.2,  # larger than GPT-2's 0.02, so that greedy decoding does not repeat one token
     )
-    GPT2LMHeadModel(config).save_pretrained(folder)
+    model = GPT2LMHeadModel(config)
+    perturb(model, seed=2)
+    model.save_pretrained(folder)
     for name in ("vocab.json", "merges.txt"):
         (folder / name).write_bytes((bpe_dir / name).read_bytes())
     return folder
@@ -239,6 +261,7 @@ def build_llama_family(variant: str, folder: Path, **save_kwargs: object) -> Pat
     )
     torch.manual_seed(sum(map(ord, variant)))
     model = AutoModelForCausalLM.from_config(config)
+    perturb(model, seed=sum(map(ord, variant)))
     model.save_pretrained(folder, **save_kwargs)
     return folder
 

@@ -24,16 +24,16 @@ LORA_FINETUNE = {"data.max_len": 32, "trainer.max_epochs": 10, "optim.lr": 1e-2,
 
 
 @pytest.fixture(scope="module")
-def lora_run(bert_dir: Path, reviews_csv: Path, tmp_path_factory: pytest.TempPathFactory):
+def lora_run(bert_init_dir: Path, reviews_csv: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("classify-lora")
-    overrides = {"model.init": str(bert_dir), "data.source": str(reviews_csv), "model.lora": {"rank": 4}}
+    overrides = {"model.init": str(bert_init_dir), "data.source": str(reviews_csv), "model.lora": {"rank": 4}}
     return train("classify", output_dir=str(out), name="lora", **LORA_FINETUNE, **overrides)
 
 
-def test_only_adapters_and_head_train(lora_run, bert_dir: Path) -> None:
+def test_only_adapters_and_head_train(lora_run, bert_init_dir: Path) -> None:
     model = lora_run.module.model
     assert isinstance(model, BertClassifier) and is_lora(model)
-    pretrained = load_encoder(bert_dir).state_dict()
+    pretrained = load_encoder(bert_init_dir).state_dict()
     after = base_state_dict(model.bert)
     assert sorted(after) == sorted(pretrained)
     for name, tensor in pretrained.items():
@@ -45,7 +45,7 @@ def test_only_adapters_and_head_train(lora_run, bert_dir: Path) -> None:
 
     ckpt = load_checkpoint_file(lora_run.best_checkpoint)
     assert set(ckpt["state_dict"]) == {f"model.{n}" for n in trainable}
-    assert ckpt["lora_base"]["init"] == str(bert_dir)
+    assert ckpt["lora_base"]["init"] == str(bert_init_dir)
     assert ckpt["lora_base"]["sha256"] == base_fingerprint(model)
 
 

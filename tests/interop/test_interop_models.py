@@ -7,12 +7,14 @@ import shutil
 from pathlib import Path
 
 import torch
+from interop_parity import constant_tensors, perturb
 from safetensors.torch import load_file, save_file
 from transformers import BertForMaskedLM, BertModel, BertTokenizer, GPT2LMHeadModel, GPT2Model, GPT2Tokenizer
 
 from attnkit.interop import load_pretrained
+from attnkit.interop.weights import load_weights
 from attnkit.models import BertEncoder, LanguageModel
-from conftest import SENTENCES
+from conftest import SENTENCES, build_llama_family
 
 TOL = 1e-5
 
@@ -25,6 +27,23 @@ def _padded_batch(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     ids = torch.randint(5, vocab_size, (4, 20)).masked_fill(~mask, 0)
     token_types = (torch.arange(20)[None] >= lengths[:, None] // 2).long() * mask
     return ids, mask, token_types
+
+
+def test_reference_models_have_no_constant_tensor(bert_dir: Path, gpt2_dir: Path, tmp_path: Path):
+    """The folders the parity tests import hold no bias left at 0 and no norm weight left at 1 (the
+    fixtures perturb every tensor), so that a dropped bias or a swapped norm weight changes the outputs."""
+    folders = [bert_dir, gpt2_dir, build_llama_family("qwen2", tmp_path / "qwen2")]
+    for folder in folders:
+        tensors, _ = load_weights(folder)
+        assert constant_tensors(tensors) == [], folder
+    qwen2 = load_weights(folders[2])[0]
+    assert {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.input_layernorm.weight"} <= set(qwen2)
+    assert not torch.equal(qwen2["model.layers.0.input_layernorm.weight"], qwen2["model.norm.weight"])
+    # Unperturbed, a fresh model has such tensors: the check above can fail.
+    fresh = GPT2Model(GPT2LMHeadModel.from_pretrained(str(gpt2_dir)).config)
+    assert "h.0.ln_1.weight" in constant_tensors(dict(fresh.state_dict()))
+    names = perturb(fresh, seed=0)
+    assert "h.0.attn.c_attn.bias" in names and constant_tensors(dict(fresh.state_dict())) == []
 
 
 def test_bert_hidden_states_match_bert_model(bert_dir: Path):
