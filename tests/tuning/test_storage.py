@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import logging
+import multiprocessing
+import queue
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
-from tune_helpers import SPACE_YAML, TINY_ARGS, cli, env, load
+from tune_helpers import SPACE_YAML, TINY_ARGS, cli, load, race_opener
 
 from attnkit.errors import ConfigError
 from attnkit.tuning import counts_toward_budget, storage
@@ -42,7 +44,7 @@ def test_only_errors_of_a_lost_creation_race_are_retried(err: Exception, race: b
     assert lost_creation_race(wrapped) is race
 
 
-def test_open_retries_a_lost_race_with_backoff_and_reports_other_errors_at_once(monkeypatch, tmp_path: Path):
+def test_open_retries_a_lost_race_with_backoff_and_reports_other_errors_at_once(monkeypatch, tmp_path: Path, caplog):
     calls: list[str] = []
     sleeps: list[float] = []
     errors = [_db_error(IntegrityError, "UNIQUE constraint failed: alembic_version.version_num")] * 2
@@ -56,8 +58,14 @@ def test_open_retries_a_lost_race_with_backoff_and_reports_other_errors_at_once(
     monkeypatch.setattr(optuna.storages, "RDBStorage", FakeStorage)
     monkeypatch.setattr(storage, "sleep", sleeps.append)
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    assert isinstance(open_storage(url), FakeStorage)
+    before = storage.lost_races()
+    with caplog.at_level(logging.INFO, logger="attnkit.tuning.storage"):
+        assert isinstance(open_storage(url), FakeStorage)
     assert len(calls) == 3 and len(sleeps) == 2 and sleeps[1] > sleeps[0] * 0.5
+    assert storage.lost_races() - before == 2  # each retry counted and logged
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        f"storage sqlite:///{tmp_path / 'a.db'}: lost the race to create its tables"
+    ] * 2
 
     calls.clear()
     errors[:] = [_db_error(OperationalError, "disk I/O error")]
@@ -72,40 +80,72 @@ def test_open_retries_a_lost_race_with_backoff_and_reports_other_errors_at_once(
     assert len(calls) == storage.RACE_RETRIES + 1  # bounded
 
 
-OPENER = """
-import sys, time
-from pathlib import Path
-from attnkit.tuning.storage import open_storage
-folder, i = Path(sys.argv[1]), sys.argv[2]
-(folder / f"ready-{i}").touch()
-deadline = time.monotonic() + 600
-while not (folder / "go").exists():
-    assert time.monotonic() < deadline, "no go signal"
-    time.sleep(0.005)
-import optuna
-optuna.create_study(study_name="s", storage=open_storage(sys.argv[3]), load_if_exists=True)
-print("opened")
-"""
+OPENERS = 4  # processes that open each new storage together
+MAX_ROUNDS = 12  # new storages tried until one of the openers lost the race and retried
 
 
-def test_processes_creating_one_new_storage_at_the_same_moment_all_open_it(tmp_path: Path):
-    """Four processes open a SQLite storage that does not exist yet, released together: the ones that
-    lose the race to create its tables retry, and all of them open the same study."""
-    url = f"sqlite:///{tmp_path / 'new.db'}"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), str(i), url], env=env(), text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for i in range(4)
-    ]  # fmt: skip
-    deadline = time.monotonic() + 600  # importing attnkit takes long on a loaded machine
-    while len(list(tmp_path.glob("ready-*"))) < len(procs):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "openers did not start"
-        time.sleep(0.01)
-    (tmp_path / "go").touch()
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0 and out.strip() == "opened", err[-2000:]
-    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["s"]
+@pytest.fixture(scope="module")
+def openers() -> Iterator[Callable[[str], int]]:
+    """Four processes (spawned, one thread each) kept for the module's race tests: ``open_together(url)``
+    has each of them wait at one barrier and then open ``url`` and create or load its study ``s``
+    (:func:`tune_helpers.race_opener`); it returns how many creation races they lost and retried
+    between them, and fails with any error one of them met."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, urls, results = ctx.Barrier(OPENERS), ctx.Queue(), ctx.Queue()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")  # inherited by the spawned processes
+        procs = [ctx.Process(target=race_opener, args=(barrier, urls, results), daemon=True) for _ in range(OPENERS)]
+        for proc in procs:
+            proc.start()
+
+    def open_together(url: str) -> int:
+        for _ in procs:
+            urls.put(url)
+        outcomes = []
+        deadline = time.monotonic() + 900  # importing attnkit takes long on a loaded machine
+        while len(outcomes) < len(procs):
+            try:
+                outcomes.append(results.get(timeout=5))
+            except queue.Empty:
+                assert all(p.is_alive() for p in procs), "an opener died"
+                assert time.monotonic() < deadline, "the openers did not finish"
+        errors = [error for _, error in outcomes if error]
+        assert not errors, errors
+        return sum(retries for retries, _ in outcomes)
+
+    yield open_together
+    for _ in procs:
+        urls.put(None)
+    for proc in procs:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_processes_creating_one_new_storage_at_the_same_moment_all_open_it(
+    backend: str, openers: Callable[[str], int], tmp_path: Path, request: pytest.FixtureRequest
+):
+    """Four processes, their imports done, wait at a barrier and open a storage that does not exist
+    yet at the same moment: they collide creating its tables, the ones that lose retry, and all of
+    them open the same study. New storages are tried until a retry has happened (nearly always the
+    first; at most MAX_ROUNDS): a run where the processes never collided would show nothing."""
+    if backend == "postgresql":
+        new_url = request.getfixturevalue("postgres_server").create_database
+    else:
+        made = iter(range(MAX_ROUNDS + 1))
+        new_url = lambda: f"sqlite:///{tmp_path / f'new-{next(made)}.db'}"  # noqa: E731
+    warm = new_url()
+    open_storage(warm).engine.dispose()
+    assert openers(warm) == 0  # a storage that exists: no race, only the drivers' imports
+    retries: list[int] = []  # per new storage, of all openers
+    while sum(retries) == 0 and len(retries) < MAX_ROUNDS:
+        url = new_url()
+        retries.append(openers(url))
+        assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["s"]
+    print(f"{backend}: retries per new storage {retries}")  # shown by pytest -rP
+    assert sum(retries) > 0, f"no opener lost the race in {len(retries)} rounds: the processes did not collide"
 
 
 def test_postgresql_urls_use_the_installed_driver(monkeypatch, tmp_path: Path):

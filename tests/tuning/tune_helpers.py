@@ -126,3 +126,28 @@ def wait_until(condition: Callable[[], T | None], timeout: float, what: str, ali
             raise AssertionError(f"the process ended before {what}:\n{alive.output}")
         time.sleep(0.2)  # a polling interval: the condition, not the sleep, is what the test waits on
     raise AssertionError(f"not {what} within {timeout} s" + (f":\n{alive.output}" if alive else ""))
+
+
+def race_opener(barrier, urls, results) -> None:
+    """A process of the storage race test (started by ``multiprocessing``, spawn): for each URL it takes
+    from ``urls`` (until ``None``), it waits at ``barrier`` with the other openers, then opens that
+    storage and creates or loads the study ``s`` on it, and puts ``(retries, error)`` on ``results``:
+    the creation races it lost and retried (:func:`attnkit.tuning.storage.lost_races`), and the error
+    that stopped it, if any. The test's first URL is a storage that exists (no race): opening it
+    does every import the driver needs, so that in the later rounds the openers leave the barrier
+    together and collide."""
+    from attnkit.tuning import storage
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    for url in iter(urls.get, None):
+        before = storage.lost_races()
+        try:
+            barrier.wait(timeout=600)  # the first round waits for every opener's imports
+            store = storage.open_storage(url)
+            optuna.create_study(study_name="s", storage=store, load_if_exists=True)
+            store.engine.dispose()
+        except Exception as err:  # reported to the test, which fails with it
+            barrier.abort()
+            results.put((storage.lost_races() - before, f"{type(err).__name__}: {err}"))
+        else:
+            results.put((storage.lost_races() - before, None))

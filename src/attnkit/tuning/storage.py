@@ -6,11 +6,13 @@ before any of its workers starts, and the workers open it without creating anyth
 several machines may still open a storage that does not exist yet at the same moment: one of them
 creates the tables and the others lose that race with a known error (a duplicate ``alembic_version``
 row, a table or type that "already exists", a duplicate key in the catalogue); :func:`open_storage`
-retries such an open a few times with backoff, and reports any other error at once.
+retries such an open a few times with backoff, and reports any other error at once. Each retry is
+logged (logger ``attnkit.tuning.storage``, level INFO) and counted: :func:`lost_races`.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import warnings
@@ -23,7 +25,9 @@ import optuna
 
 from attnkit.errors import ConfigError
 
-__all__ = ["open_storage", "prepare_storage", "redact", "storage_url"]
+__all__ = ["lost_races", "open_storage", "prepare_storage", "redact", "storage_url"]
+
+log = logging.getLogger(__name__)
 
 POSTGRES_HINT = "pip install 'attnkit[postgres]' (installs psycopg, the PostgreSQL driver)"
 # An open that lost the race to create the tables: another process created them first.
@@ -31,6 +35,14 @@ _CREATION_RACE = re.compile(
     r"UNIQUE constraint failed: (alembic_version|version_info)|already exists|duplicate key value", re.IGNORECASE
 )
 RACE_RETRIES = 8
+_lost = [0]  # opens of this process that lost the creation race and were retried
+
+
+def lost_races() -> int:
+    """How many times an open in this process lost the race to create a storage's tables and was
+    retried by :func:`open_storage` (the retries made observable: a test asserts that its
+    processes really collided)."""
+    return _lost[0]
 
 
 def redact(url: str) -> str:
@@ -139,10 +151,13 @@ def open_storage(
                 f"cannot open storage {shown}: its database driver is not installed ({err}); {hint}"
             ) from None
         except Exception as err:
-            if attempt < RACE_RETRIES and lost_creation_race(err):
-                sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
-                continue
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            if attempt < RACE_RETRIES and lost_creation_race(err):
+                _lost[0] += 1
+                delay = min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5)
+                log.info("storage %s: lost the race to create its tables (%s); open again in %.2f s", shown, msg, delay)
+                sleep(delay)
+                continue
             raise ConfigError(f"cannot open storage {shown}: {msg}") from None
     raise AssertionError("unreachable")
 
