@@ -90,7 +90,14 @@ MODULES: dict[str, Module] = {
 }
 
 # Surviving mutants that change nothing observable, with the reason (mutmut's names: module, function, number).
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    "attnkit.nn.masks.x__broadcastable__mutmut_2": "lengths always match: callers pass 4-D attention masks and key "
+    "padding masks whose dim() == 2 was checked first",
+    "attnkit.nn.masks.x_band_mask__mutmut_38": "|distance| instead of distance for causal masks: distance >= 0 is "
+    "already required there",
+    "attnkit.nn.masks.x_prepare_attention__mutmut_43": "distance left int64: multiplying by the float slopes "
+    "promotes it to their dtype anyway",
+}
 
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
 KILLED_STATUSES = {"killed", "timeout", "segfault"}
