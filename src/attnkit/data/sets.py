@@ -230,6 +230,7 @@ def _split_pool(
     need_test: bool,
     need_val: bool,
     groups: np.ndarray | None = None,
+    where: str = "the data",
 ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
     """Cut test (``test_fraction``) then val (``val_fraction`` of the rest) from a pool, per class;
     with ``groups`` (one per item) whole groups, stratified by class (:func:`attnkit.data.splits.group_split`)."""
@@ -237,7 +238,9 @@ def _split_pool(
         fractions = [cfg.test_fraction if need_test else 0.0, 0.0]
         fractions[1] = cfg.val_fraction * (1.0 - fractions[0]) if need_val else 0.0
         seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
-        rest_idx, test_idx, val_idx = (torch.from_numpy(i) for i in group_split(groups, fractions, seed, stratify=y))
+        rest_idx, test_idx, val_idx = (
+            torch.from_numpy(i) for i in group_split(groups, fractions, seed, stratify=y, where=where)
+        )
         parts = {"train": rest_idx} | ({"test": test_idx} if need_test else {}) | ({"val": val_idx} if need_val else {})
         return {split: (x[idx], y[idx], idx) for split, idx in parts.items()}
     out: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
@@ -413,7 +416,7 @@ def _load_file(path: Path, cfg: AnomalyDataConfig, generator: torch.Generator) -
         _check_pool(y, cfg.set_size, str(path))
         groups = _groups(arrays, cfg, path, "features", len(x))
         splits: dict[str, tuple[Tensor, Tensor, Tensor | None]] = dict(
-            _split_pool(x, y, cfg, generator, need_test=True, need_val=True, groups=groups)
+            _split_pool(x, y, cfg, generator, need_test=True, need_val=True, groups=groups, where=str(path))
         )
     else:
         loaded = {}
@@ -429,7 +432,9 @@ def _load_file(path: Path, cfg: AnomalyDataConfig, generator: torch.Generator) -
         groups = _groups(arrays, cfg, path, "train_features", len(train_x))
         need_test, need_val = "test" not in loaded, "val" not in loaded
         splits = dict(
-            _split_pool(train_x, train_y, cfg, generator, need_test=need_test, need_val=need_val, groups=groups)
+            _split_pool(
+                train_x, train_y, cfg, generator, need_test=need_test, need_val=need_val, groups=groups, where=str(path)
+            )
         )
         for split in given:
             if split != "train":

@@ -81,6 +81,8 @@ def group_split(
     fractions: Sequence[float],
     seed: int,
     stratify: Sequence[Any] | np.ndarray | None = None,
+    *,
+    where: str = "the data",
 ) -> list[np.ndarray]:
     """Split example indices ``0 .. len(groups) - 1`` by group.
 
@@ -93,7 +95,7 @@ def group_split(
     Groups are visited largest first (ties in a seeded random order) and each goes to the part whose
     squared distance to its target counts (per class) grows least. A held-out part with a fraction
     above 0 always gets at least one group when there are more groups than parts; otherwise a
-    ``ValueError`` says that there are too few groups. Deterministic in ``seed``.
+    ``ValueError`` says that there are too few groups (naming the data ``where``). Deterministic in ``seed``.
     """
     if not isinstance(groups, np.ndarray) and all(isinstance(g, str) for g in groups):
         # strings as their rank in sorted order (what np.unique numbers them by): a numpy string
@@ -123,7 +125,7 @@ def group_split(
     required = [p for p in range(1, len(shares)) if shares[p] > 0]
     if required and num_groups <= len(required):
         raise ValueError(
-            f"the data has {num_groups} group(s): too few to hold out whole groups for {len(required)} split(s) "
+            f"{where} has {num_groups} group(s): too few to hold out whole groups for {len(required)} split(s) "
             "and keep one for training; give more groups, or set the held-out fractions to 0"
         )
     rng = np.random.default_rng(seed)
