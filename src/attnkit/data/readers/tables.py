@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,21 @@ def _table_file(path: str | Path) -> tuple[Path, str]:
     return path, suffix
 
 
+def _open_text(path: Path, newline: str | None) -> io.StringIO:
+    """The file's text (UTF-8; a leading byte order mark is dropped), read as ``open(path,
+    newline=newline)`` would; bytes that are not UTF-8 are an error naming the line."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x} at byte offset {err.start}); "
+            f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
+        ) from None
+    return io.StringIO(text, newline=newline)
+
+
 def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, label_column: str) -> None:
     if not isinstance(text, str):
         raise ValueError(f"{path}:{line}: text in {text_column!r} must be a string, got {type(text).__name__}")
@@ -54,7 +70,7 @@ def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, l
 def _read_delimited(path: Path, text_column: str, label_column: str, delimiter: str) -> tuple[list[str], list[Any]]:
     texts: list[str] = []
     labels: list[Any] = []
-    with path.open(newline="", encoding="utf-8-sig") as f:
+    with _open_text(path, newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         line = 1
         try:
@@ -90,7 +106,7 @@ def _read_delimited(path: Path, text_column: str, label_column: str, delimiter: 
 def _read_jsonl(path: Path, text_column: str, label_column: str) -> tuple[list[str], list[Any]]:
     texts: list[str] = []
     labels: list[Any] = []
-    with path.open(encoding="utf-8-sig") as f:
+    with _open_text(path, newline=None) as f:
         for line, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
@@ -118,7 +134,7 @@ def read_column(path: str | Path, column: str) -> list[str]:
     an empty value is an error naming the file and line."""
     path, suffix = _table_file(path)
     values: list[str] = []
-    with path.open(newline="", encoding="utf-8-sig") as f:
+    with _open_text(path, newline="") as f:
         if suffix == ".jsonl":
             rows = ((line, json.loads(raw)) for line, raw in enumerate(f, start=1) if raw.strip())
         else:
