@@ -22,13 +22,26 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# What reading YAML text can raise: a syntax error, a tag's constructor failing on its value
+# (``!!int x``: ValueError, ``!!bool x``: KeyError), or very deep nesting (``[[[[...``: RecursionError).
+_YAML_ERRORS = (yaml.YAMLError, ValueError, LookupError, TypeError, OverflowError, RecursionError)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x}); save the config file as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except _YAML_ERRORS as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of config keys, got {type(data).__name__}")
@@ -57,7 +70,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise ConfigError(f"override {item!r} has an empty key")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+        except _YAML_ERRORS:  # not YAML, or a tag that does not fit its value: the text as written
             value = raw
         # YAML 1.1 reads "1e-3" as a string: accept it as a float.
         if isinstance(value, str):
