@@ -1,19 +1,24 @@
 """Preemption: a SIGTERM'd (or SIGUSR1'd) run saves last.ckpt, says how to continue, exits 128 + signal;
-continued, it ends with the very weights of a run that was never stopped."""
+continued, it starts at the saved step, inside the saved epoch, with the saved optimizer and LR schedule,
+runs only the steps that were left, and ends with the very weights of a run that was never stopped; in
+one process and under DDP.
+
+Equal final weights alone cannot tell a resume from a restart (seeded weights and data order make a run
+started over from step 0 end the same): the runs are probed (probed_cli.py), and the steps each process
+really ran are compared with the uninterrupted run's."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
+import probed_cli
 import pytest
 import torch
-from cli_helpers import TINY_REVERSE, run_cli
+from cli_helpers import TINY_REVERSE
 from lightning.pytorch.callbacks import Callback
 
 import attnkit
@@ -21,62 +26,143 @@ from attnkit.config import parse_overrides
 from attnkit.errors import ConfigError, Preempted
 from attnkit.training.checkpoint import load_checkpoint_file
 
-# 4 epochs of 125 steps; a step checkpoint every 10 steps tells the test that training is underway.
+# 3 epochs of 125 steps; a step checkpoint every 10 steps (the signal's checkpoint must be newer).
 ARGS = [
     *TINY_REVERSE,
-    "trainer.max_epochs=4",
+    "trainer.max_epochs=3",
     "trainer.deterministic=true",
     "trainer.checkpoint_every_n_steps=10",
     "trainer.report=false",
 ]
-TOTAL_STEPS = 4 * 4000 // 32
+PER_EPOCH = 4000 // 32
+TOTAL_STEPS = 3 * PER_EPOCH
+STOP = PER_EPOCH + 38  # the step the run is stopped at: mid-epoch, in its second epoch
 
-
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.is_file():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"the run ended ({proc.returncode}) before {path} was written:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"{path} was not written within {timeout} s")
-        time.sleep(0.02)
+# Under DDP (2 CPU processes, gloo, 1 thread each): 3 epochs of 1024 / 2 / 32 = 16 steps.
+DDP_ARGS = [
+    "data.train_size=1024", "data.val_size=128", "data.test_size=256", "data.seq_len=8", "trainer.max_epochs=3",
+    "trainer.batch_size=32", "trainer.threads=1", "trainer.progress_bar=false", "optim.lr=2e-3", "optim.warmup=10",
+    "trainer.report=false", "trainer.deterministic=true", "trainer.accelerator=cpu", "trainer.strategy=ddp",
+    "trainer.devices=2",
+]  # fmt: skip
+DDP_PER_EPOCH = 1024 // 2 // 32
+DDP_STOP = DDP_PER_EPOCH + 5
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint_file(run / "checkpoints" / "last.ckpt")["state_dict"]
 
 
-def test_sigterm_saves_and_the_resumed_run_equals_an_uninterrupted_one(tmp_path: Path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cut = tmp_path / "reverse" / "cut"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit.cli", "train", "reverse", "--output_dir", str(tmp_path), "name=cut", *ARGS],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+def _assert_equal(actual: Any, saved: Any, where: str) -> None:
+    """``actual`` (a state dict) equals ``saved`` exactly, tensors included."""
+    if isinstance(saved, torch.Tensor):
+        assert isinstance(actual, torch.Tensor) and torch.equal(actual, saved), where
+    elif isinstance(saved, dict):
+        assert isinstance(actual, dict), f"{where}: {type(actual).__name__}, not a dict"
+        assert actual.keys() == saved.keys(), f"{where}: keys {list(actual)} != {list(saved)}"
+        for key in saved:
+            _assert_equal(actual[key], saved[key], f"{where}[{key!r}]")
+    elif isinstance(saved, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(saved), f"{where}: length {len(actual)}"
+        for i, (a, b) in enumerate(zip(actual, saved)):
+            _assert_equal(a, b, f"{where}[{i}]")
+    else:
+        assert actual == saved, f"{where}: {actual!r} != {saved!r}"
+
+
+def _assert_stopped_mid_epoch(saved: dict[str, Any], step: int, per_epoch: int) -> None:
+    """The checkpoint is of training step ``step``, inside its epoch (the epoch's batches partly done)."""
+    assert saved["global_step"] == step
+    batches = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert (saved["epoch"], batches["processed"]) == (step // per_epoch, step % per_epoch)
+    assert 0 < batches["processed"] < per_epoch  # mid-epoch
+    adam = saved["optimizer_states"][0]["state"]
+    assert adam and all(int(s["step"]) == step for s in adam.values())  # moments of `step` steps, to restore
+
+
+def _assert_resumed(
+    probes: Path, rank: int, saved: dict[str, Any], resumed: dict[str, Any], full: dict[str, Any], step: int
+) -> None:
+    """A process of the resumed run (``resumed``: its probe record) continued the stopped run from the
+    checkpoint ``saved`` of training step ``step``, and ran the rest exactly as the uninterrupted run
+    (``full``) did."""
+    per_epoch = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"]
+    first = resumed["steps"][0]
+    # Its first step: the saved step, in the saved epoch, at the batch after the saved one.
+    assert first[:3] == [saved["epoch"], per_epoch, step], f"the resumed run started at {first[:3]}"
+    # Every step after it once, none before it again: [step, total).
+    total = len(full["steps"])
+    assert [s[2] for s in resumed["steps"]] == list(range(step, total))
+    # Epoch, batch index, learning rate and the batch itself of every step: those of the uninterrupted run.
+    assert resumed["steps"] == full["steps"][step:]
+    # At its first step, the optimizer (Adam's moments, the LR) and the LR schedule are those saved.
+    start = torch.load(probes / f"resumed-rank{rank}-start.pt", weights_only=True)
+    _assert_equal(start["optimizer"], saved["optimizer_states"][0], "optimizer state")
+    _assert_equal(start["scheduler"], saved["lr_schedulers"][0], "LR scheduler state")
+    assert first[3] == saved["optimizer_states"][0]["param_groups"][0]["lr"]
+
+
+def test_sigterm_mid_epoch_and_the_resumed_run_continues_where_it_stopped(tmp_path: Path):
+    probes, cut = tmp_path / "probes", tmp_path / "reverse" / "cut"
+    proc = probed_cli.start(
+        probes, "cut", "train", "reverse", "--output_dir", str(tmp_path), "name=cut", *ARGS, pause_at=STOP
     )
-    _wait_for(cut / "checkpoints" / "last.ckpt", proc)  # the first step checkpoint: training is underway
+    probed_cli.wait_for([probes / "cut-rank0-paused"], proc)  # at the end of step STOP, waiting for the signal
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=300)
+    out, err = probed_cli.finish(proc, probes, "cut", world=1)
     assert proc.returncode == 143, f"exit code {proc.returncode}:\n{out}\n{err}"
     saved = load_checkpoint_file(cut / "checkpoints" / "last.ckpt")  # complete and loadable
-    assert 10 <= saved["global_step"] < TOTAL_STEPS, saved["global_step"]
-    assert f"stopped at step {saved['global_step']}," in err
+    _assert_stopped_mid_epoch(saved, STOP, PER_EPOCH)
+    assert f"stopped at step {STOP}, epoch 1;" in err
     assert "metrics.json" not in os.listdir(cut)  # stopped, not finished
 
     command = next(line.strip() for line in err.splitlines() if line.strip().startswith("attnkit train"))
     assert command == f"attnkit train reverse --resume {shlex.quote(str(cut))}"
-    run_cli(*shlex.split(command)[1:])
+    [resumed] = probed_cli.run(probes, "resumed", *shlex.split(command)[1:])
     assert (cut / "metrics.json").is_file()
+    [full] = probed_cli.run(probes, "full", "train", "reverse", "--output_dir", str(tmp_path), "name=full", *ARGS)
+    assert len(full["steps"]) == TOTAL_STEPS
+    [stopped] = probed_cli.records(probes, "cut")
+    assert stopped["steps"] == full["steps"][:STOP]  # the same run until the signal
+    _assert_resumed(probes, 0, saved, resumed, full, STOP)
 
-    run_cli("train", "reverse", "--output_dir", str(tmp_path), "name=full", *ARGS)
-    resumed, full = _weights(cut), _weights(tmp_path / "reverse" / "full")
-    assert resumed.keys() == full.keys()
+    resumed_weights, full_weights = _weights(cut), _weights(tmp_path / "reverse" / "full")
+    assert resumed_weights.keys() == full_weights.keys()
     # Exactly equal: the data loader's position and generator are restored (StatefulDataLoader).
-    differing = [k for k in full if not torch.equal(resumed[k], full[k])]
+    differing = [k for k in full_weights if not torch.equal(resumed_weights[k], full_weights[k])]
+    assert not differing, f"weights differ from the uninterrupted run's: {differing}"
+
+
+def test_ddp_run_stopped_by_sigterm_resumes_where_it_stopped_on_both_processes(tmp_path: Path):
+    probes, cut = tmp_path / "probes", tmp_path / "reverse" / "cut"
+    proc = probed_cli.start(
+        probes, "cut", "train", "reverse", "--output_dir", str(tmp_path), "name=cut", *DDP_ARGS, pause_at=DDP_STOP
+    )
+    # Both processes at the end of step DDP_STOP; the first one is signalled (and passes it to the other).
+    probed_cli.wait_for([probes / "cut-rank0-paused", probes / "cut-rank1-paused"], proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = probed_cli.finish(proc, probes, "cut", world=2)
+    stopped = probed_cli.records(probes, "cut", world=2)
+    assert proc.returncode == 143 and [r["code"] for r in stopped] == [143, 143], f"{stopped}\n{out}\n{err}"
+    assert [(r["world_size"], r["global_rank"]) for r in stopped] == [(2, 0), (2, 1)]
+    saved = load_checkpoint_file(cut / "checkpoints" / "last.ckpt")
+    _assert_stopped_mid_epoch(saved, DDP_STOP, DDP_PER_EPOCH)
+    assert f"attnkit train reverse --resume {shlex.quote(str(cut))}" in err
+
+    resumed = probed_cli.run(probes, "resumed", "train", "reverse", "--resume", str(cut), world=2)
+    full = probed_cli.run(
+        probes, "full", "train", "reverse", "--output_dir", str(tmp_path), "name=full", *DDP_ARGS, world=2
+    )
+    assert [(r["world_size"], r["global_rank"]) for r in resumed + full] == [(2, 0), (2, 1)] * 2
+    assert len({r["pid"] for r in resumed}) == 2  # two processes
+    assert [len(r["steps"]) for r in full] == [3 * DDP_PER_EPOCH] * 2
+    for rank in (0, 1):
+        assert stopped[rank]["steps"] == full[rank]["steps"][:DDP_STOP]
+        _assert_resumed(probes, rank, saved, resumed[rank], full[rank], DDP_STOP)
+    assert {s[4] for s in full[0]["steps"]}.isdisjoint(s[4] for s in full[1]["steps"])  # each its own shard
+
+    resumed_weights, full_weights = _weights(cut), _weights(tmp_path / "reverse" / "full")
+    differing = [k for k in full_weights if not torch.equal(resumed_weights[k], full_weights[k])]
     assert not differing, f"weights differ from the uninterrupted run's: {differing}"
 
 
@@ -118,9 +204,13 @@ def test_a_requeued_slurm_job_continues_its_own_run(tmp_path: Path, monkeypatch:
     assert load_checkpoint_file(last)["global_step"] == 30
 
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    result = attnkit.train("reverse", **overrides)  # the same command, requeued: continues, does not start over
+    probe = probed_cli.probe(tmp_path, "requeued")
+    result = attnkit.train("reverse", callbacks=[probe], **overrides)  # the same command, requeued
     assert result.run_dir == run and (run / "metrics.json").is_file()
-    assert load_checkpoint_file(last)["global_step"] == 2 * 4000 // 32
+    assert load_checkpoint_file(last)["global_step"] == 2 * PER_EPOCH
+    # It continued (epoch 0, batch 30, step 30 first; then every later step once), did not start over.
+    steps = probe.record["steps"]
+    assert steps[0][:3] == [0, 30, 30] and [s[2] for s in steps] == list(range(30, 2 * PER_EPOCH))
 
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # not a requeue: an existing run is never overwritten
     with pytest.raises(ConfigError, match="already exists"):
