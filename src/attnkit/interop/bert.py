@@ -33,7 +33,7 @@ def bert_config(hf: dict[str, Any], *, pooler: bool, source: str) -> BertConfig:
     if hf.get("position_embedding_type", "absolute") != "absolute":
         unsupported.append(f"position_embedding_type={hf['position_embedding_type']!r} (only 'absolute')")
     act = hf.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
         unsupported.append(f"hidden_act={act!r} (supported: {', '.join(ACTIVATIONS)})")
     if unsupported:
         raise ConfigError(f"{source}: this BERT variant is not supported: {'; '.join(unsupported)}")

@@ -83,7 +83,8 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
     if info.get("version") != VERSION:
         raise ConfigError(f"{path}: unsupported version {info.get('version')!r} (this attnkit reads {VERSION})")
     model = info.get("model")
-    if not isinstance(model, dict) or not isinstance(model.get("config"), dict) or model.get("name") not in MODELS:
+    name = model.get("name") if isinstance(model, dict) else None
+    if not isinstance(name, str) or name not in MODELS or not isinstance(model.get("config"), dict):
         raise ConfigError(f"{path}: 'model' must be {{'name': one of {sorted(MODELS)}, 'config': {{...}}}}")
     return info
 

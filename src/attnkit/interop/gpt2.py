@@ -45,7 +45,7 @@ def gpt2_config(hf: dict[str, Any], *, eos_id: int | None, source: str) -> Langu
     if not hf.get("scale_attn_weights", True):
         unsupported.append("scale_attn_weights=false")
     act = hf.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
         unsupported.append(f"activation_function={act!r} (supported: {', '.join(ACTIVATIONS)})")
     if unsupported:
         raise ConfigError(f"{source}: this GPT-2 variant is not supported: {'; '.join(unsupported)}")

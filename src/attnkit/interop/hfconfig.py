@@ -12,9 +12,10 @@ __all__ = ["reading_config"]
 
 @contextmanager
 def reading_config(source: str, family: str) -> Iterator[None]:
-    """A key missing from the config (``KeyError``) or a value attnkit's config refuses (pydantic's
-    ``ValidationError``, a ``ValueError``) inside the block becomes a :class:`ConfigError` naming
-    ``source`` and the model ``family``; a :class:`ConfigError` passes unchanged."""
+    """A key missing from the config (``KeyError``), a value attnkit's config refuses (pydantic's
+    ``ValidationError``, a ``ValueError``) or one of the wrong type (``TypeError``, ...: ``null // 2``)
+    inside the block becomes a :class:`ConfigError` naming ``source`` and the model ``family``; a
+    :class:`ConfigError` passes unchanged."""
     try:
         yield
     except ConfigError:
@@ -23,3 +24,8 @@ def reading_config(source: str, family: str) -> Iterator[None]:
         raise ConfigError(f"{source}: {family} config has no {err.args[0]!r}") from None
     except ValueError as err:
         raise ConfigError(f"{source}: invalid {family} config: {err}") from None
+    except (TypeError, AttributeError, ArithmeticError) as err:  # e.g. a list or null where a number goes
+        raise ConfigError(
+            f"{source}: invalid {family} config: a value of the wrong type or out of range ({type(err).__name__}: "
+            f"{err}); compare it with the model's original config.json"
+        ) from None

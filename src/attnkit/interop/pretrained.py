@@ -252,8 +252,9 @@ def _hf_config(folder: Path) -> dict[str, Any]:
     if not isinstance(hf, dict):
         raise ConfigError(f"{path} must hold a JSON object")
     model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        archs = ", ".join(hf.get("architectures") or []) or "no architectures listed"
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        archs = hf.get("architectures")
+        archs = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else "no architectures listed"
         supported = "; ".join(f"{k}: {v}" for k, v in SUPPORTED_MODEL_TYPES.items())
         raise ConfigError(f"{path}: model_type {model_type!r} ({archs}) is not supported. Supported: {supported}")
     return hf
