@@ -99,6 +99,7 @@ def openers() -> Iterator[Callable[[str], int]]:
             proc.start()
 
     def open_together(url: str) -> int:
+        barrier.reset()  # no opener waits at it now; an earlier failure may have broken it
         for _ in procs:
             urls.put(url)
         outcomes = []
