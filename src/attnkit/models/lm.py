@@ -142,7 +142,7 @@ class LanguageModelArchitecture(EncoderConfig):
         if not isinstance(data, dict) or data.get("preset") is None:
             return data
         name = data["preset"]
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:  # (a list is unhashable)
             return data  # the field's own validation names the choices
         out = dict(data)
         for key, value in PRESETS[name].items():
