@@ -107,7 +107,7 @@ def test_left_pad_accepts_tensors_and_pads_with_pad_id() -> None:
     assert ids.dtype == torch.long and mask.dtype == torch.bool
     assert ids.tolist() == [[5, 6, 7], [9, 9, 8]]
     assert mask.tolist() == [[True, True, True], [False, False, True]]
-    with pytest.raises(ValueError, match="^no sequences to pad: pass at least one prompt$"):
+    with pytest.raises(ValueError, match=r"^no sequences to pad: pass at least one prompt$"):
         left_pad([], pad_id=0)
     with pytest.raises(ValueError, match=re.escape("prompt(s) [0, 2] are empty: start each prompt with bos_id")):
         left_pad([[], [1], torch.tensor([], dtype=torch.long)], pad_id=0)
