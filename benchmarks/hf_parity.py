@@ -75,8 +75,8 @@ def check(model_type: str, extra: dict, quick: bool, tol: float) -> bool:
         attention_mask=torch.ones_like(prompt),
         max_new_tokens=32,
         do_sample=False,
-        pad_token_id=0,
-        eos_token_id=2,
+        pad_token_id=ours.config.pad_id,  # what attnkit writes after a row's end token (here the end id)
+        eos_token_id=ours.config.eos_id,
     )
     same = ours.generate(prompt, 32, temperature=0.0).tolist() == hf_tokens.tolist()
     params = sum(p.numel() for p in ours.parameters()) / 1e6
