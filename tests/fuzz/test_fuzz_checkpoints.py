@@ -1,0 +1,71 @@
+"""Fuzzing checkpoints and model folders: truncated, bit-flipped, keys missing or replaced, files
+deleted; and `attnkit export / predict / import` on them (derandomized; tools/fuzz.py runs the
+targets longer). Then the inputs the fuzzing found."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import fuzz_checkpoint_targets  # noqa: F401  (registers the targets)
+import pytest
+import torch
+from fuzz_core import Assets, Target, copy_folder, run_target, targets
+
+from attnkit.errors import CheckpointError, ConfigError
+from attnkit.interop.pretrained import load_pretrained
+from attnkit.interop.weights import read_weights
+from attnkit.training.checkpoint import load_checkpoint_file
+
+
+@pytest.mark.parametrize(
+    "target", targets("checkpoints.") + targets("models.") + targets("cli.checkpoints"), ids=lambda t: t.name
+)
+def test_fuzz(target: Target, fuzz_assets: Assets):
+    assert run_target(target, fuzz_assets) > 0
+
+
+# --------------------------------------------------------------------- inputs the fuzzing found
+def _corrupt_pickle(tmp_path: Path, name: str) -> Path:
+    """A torch file whose pickled string "reverse" has a byte that is not UTF-8 (a bit flip)."""
+    out = io.BytesIO()
+    torch.save({"hyper_parameters": {"task": "reverse"}, "w": torch.zeros(2)}, out)
+    blob = out.getvalue()
+    assert blob.count(b"reverse") == 1
+    path = tmp_path / name
+    path.write_bytes(blob.replace(b"reverse", b"rev\x80rse"))
+    return path
+
+
+def test_a_bit_flip_in_a_checkpoints_pickle_is_a_checkpoint_error(tmp_path: Path):
+    # torch.load raised UnicodeDecodeError (other flips: KeyError, IndexError: pop from empty list)
+    path = _corrupt_pickle(tmp_path, "best.ckpt")
+    with pytest.raises(CheckpointError, match=r"cannot read checkpoint .*best.ckpt: the file is truncated or corrupt"):
+        load_checkpoint_file(path)
+    with pytest.raises(CheckpointError, match=r"cannot read .*pytorch_model.bin: truncated, corrupt"):
+        read_weights(_corrupt_pickle(tmp_path, "pytorch_model.bin"))
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "key", "value", "match"),
+    [
+        ("gpt2", "config.json", "model_type", [], r"config.json: model_type \[\] .* is not supported"),
+        ("llama", "config.json", "num_attention_heads", None, r"config.json: invalid llama config: a value of"),
+        ("llama", "config.json", "rope_parameters", {"rope_theta": []}, r"config.json: invalid llama config"),
+        ("gpt2", "config.json", "activation_function", [], r"config.json: this GPT-2 variant is not supported"),
+        ("gpt2", "config.json", "n_head", 0, r"config.json: invalid GPT-2 config"),
+        ("attnkit", "attnkit.json", "model", {"name": [], "config": {}}, r"attnkit.json: 'model' must be"),
+    ],
+)
+def test_a_model_folder_value_of_the_wrong_type_is_a_config_error(
+    fuzz_assets: Assets, tmp_path: Path, kind: str, file: str, key: str, value: object, match: str
+):
+    # each raised TypeError (unhashable type, unsupported operand) or ZeroDivisionError
+    source = fuzz_assets.model_dir if kind == "attnkit" else fuzz_assets.hf_dir(kind)
+    folder = copy_folder(source, tmp_path / "model")
+    data = json.loads((folder / file).read_text())
+    data[key] = value
+    (folder / file).write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=match):
+        load_pretrained(folder)
