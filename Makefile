@@ -48,8 +48,8 @@ docs: setup browser
 	$(PY) docs/check_site.py build/docs/html
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks docs/*.py docs/tutorials
-	$(VENV)/bin/ruff format --check src tests benchmarks docs/*.py docs/tutorials
+	$(VENV)/bin/ruff check src tests benchmarks tools docs/*.py docs/tutorials
+	$(VENV)/bin/ruff format --check src tests benchmarks tools docs/*.py docs/tutorials
 	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: strict on attnkit.nn and attnkit.models
 
 bench: setup
