@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from interop_parity import perturb
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 import attnkit
@@ -95,10 +96,7 @@ def test_attnkit_models_load_in_transformers(preset: str | None, overrides: dict
         vocab_size=97, preset=preset, d_model=32, num_heads=4, num_layers=2, dim_feedforward=48, max_len=32, **overrides
     )
     model = LanguageModel(config).eval()
-    with torch.no_grad():  # non-trivial norms and biases, so that a misplaced one shows
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.3)
+    perturb(model, seed=0)  # non-trivial norms and biases, so that a misplaced one shows
     assert export_hf(model, tmp_path) == model_type
     ids = torch.randint(0, 97, (3, 32))
     assert (_transformers_logits(tmp_path, ids) - _logits(model, ids)).abs().max() <= TOL
