@@ -71,6 +71,9 @@ def finish(proc: subprocess.Popen, probe_dir: Path, label: str, world: int, time
         out, err = proc.communicate()
         raise AssertionError(f"attnkit did not end within {timeout} s:\n{out}\n{err}") from None
     records = [probe_dir / f"{label}-rank{r}.json" for r in range(world)]
+    if records[0].is_file():  # the first process's own record is written before it exits
+        seen = json.loads(records[0].read_text())["world_size"]
+        assert seen in (None, world), f"the run had {seen} process(es), not {world}:\n{out}\n{err}"
     deadline = time.monotonic() + 60
     while not all(p.is_file() for p in records):
         if time.monotonic() > deadline:
