@@ -98,6 +98,47 @@ EQUIVALENT: dict[str, str] = {
     "attnkit.nn.masks.x_prepare_attention__mutmut_43": "distance left int64: multiplying by the float slopes "
     "promotes it to their dtype anyway",
 }
+_A = "attnkit.nn.attention."
+_MHA, _KV = _A + "xǁMultiHeadAttentionǁ", _A + "xǁKVCacheǁ"
+_FOUR_D = "index 2 is index -2 of the documented 4-D [B, H, T, d] key/value tensors"
+_NO_BIAS = "the dtype only matters for an additive (ALiBi) mask, which this call never makes"
+_CAPACITY = "the cache's buffer size only (first capacity, growth factor, growing one step early): same values"
+EQUIVALENT |= {
+    _A + "x_attend__mutmut_116": "dropout with p = 0 is the identity",
+    _A + "x_attend__mutmut_121": "dropout with p = 0 is the identity",
+    _A + "x_attend__mutmut_128": "probs have v's dtype outside autocast; under autocast matmul casts both operands",
+    _A + "x_scaled_dot_product_attention__mutmut_49": "ok = None is as false as ok = False",
+    _A + "x_scaled_dot_product_attention__mutmut_60": _NO_BIAS,
+    _A + "x_scaled_dot_product_attention__mutmut_67": _NO_BIAS,
+    _MHA + "forward__mutmut_241": _NO_BIAS,
+    _MHA + "forward__mutmut_248": _NO_BIAS,
+    _MHA + "forward__mutmut_52": "_sizes[1] == _sizes[2] (both the key/value width)",
+    _MHA + "forward__mutmut_193": "rotary positions shifted by one without a cache: RoPE attention depends only on "
+    "relative positions",
+    _MHA + "forward__mutmut_217": _FOUR_D,
+    _MHA + "__init____mutmut_20": "range one longer: embed_dim + 1 never divides embed_dim",
+    _MHA + "__init____mutmut_49": "range one longer: num_heads + 1 never divides num_heads",
+    _MHA + "reset_parameters__mutmut_4": "split's default dim is 0",
+    _A + "x__grow__mutmut_7": _FOUR_D,
+    _KV + "set__mutmut_2": _FOUR_D,
+    _KV + "reorder__mutmut_1": "keys and values are always set together",
+    _KV + "append__mutmut_28": "keys and values are always set together",
+    **{_KV + f"append__mutmut_{i}": _FOUR_D for i in (2, 14, 24, 45, 55, 61, 70)},
+    **{_KV + f"append__mutmut_{i}": _CAPACITY for i in (37, 38, 60, 69)},
+}
+_P = "attnkit.nn.positional."
+_INT_RANGE = "an integer arange times a float gives the same float32 values"
+EQUIVALENT |= {
+    **{_P + f"x_sinusoidal_encoding__mutmut_{i}": _INT_RANGE for i in (5, 8, 17, 22)},
+    **{_P + f"x_rope_inv_freq__mutmut_{i}": "an arange of ints is int64 already" for i in (11, 16)},
+    _P + "xǁRotaryEmbeddingǁ__init____mutmut_47": "persistent=None is as false as persistent=False",
+    _P + "xǁSinusoidalPositionalEncodingǁ__init____mutmut_7": "persistent=None is as false as persistent=False",
+    _P + "xǁRotaryEmbeddingǁcos_sin__mutmut_2": "recomputing the frequencies without scaling gives the same ones",
+    _P + "xǁRotaryEmbeddingǁcos_sin__mutmut_10": "at seq_len == original, rope_inv_freq leaves the frequencies as "
+    "they are",
+    _P + "xǁRotaryEmbeddingǁforward__mutmut_20": "apply_rotary casts cos and sin to x's dtype anyway",
+    _P + "xǁRotaryEmbeddingǁforward__mutmut_22": "apply_rotary casts cos and sin to x's dtype anyway",
+}
 
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
 KILLED_STATUSES = {"killed", "timeout", "segfault"}
