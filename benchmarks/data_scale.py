@@ -195,11 +195,24 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
+def _private(pid: int) -> int:
+    """The pages of ``pid`` no other process maps, in bytes (``smaps_rollup``), 0 when it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) * 1024 for line in lines if line.startswith(("Private_Clean:", "Private_Dirty:")))
+
+
 def run_child(path: Path, cache: Path, tokenizer: str, task: str = "lm") -> dict:
     """Run ``CHILD`` in a fresh process; while it runs, read the peak RSS of every process it starts
-    (and theirs) every 20 ms: ``descendants_rss`` is their sum, ``total_rss`` that plus the child's."""
+    (and theirs) every 20 ms: ``descendants_rss`` is their sum, ``total_rss`` that plus the child's;
+    ``total_private``: the child's peak RSS plus the largest private memory of each (read every 100 ms;
+    what the workers add without the pages they share with the child, for comparison)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     peaks: dict[int, int] = {}
+    private: dict[int, int] = {}
+    sample = 0
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(path), str(cache), tokenizer, task],
@@ -213,7 +226,10 @@ def run_child(path: Path, cache: Path, tokenizer: str, task: str = "lm") -> dict
             while todo:
                 pid = todo.pop()
                 peaks[pid] = max(peaks.get(pid, 0), _peak_rss(pid))
+                if sample % 5 == 0:
+                    private[pid] = max(private.get(pid, 0), _private(pid))
                 todo += _children(pid)
+            sample += 1
             time.sleep(0.02)
         stdout.seek(0)
         stderr.seek(0)
@@ -228,6 +244,7 @@ def run_child(path: Path, cache: Path, tokenizer: str, task: str = "lm") -> dict
         "processes": 1 + len(peaks),
         "descendants_rss": descendants,
         "total_rss": result["rss"] + descendants,
+        "total_private": result["rss"] + sum(private.values()),
     }
 
 
@@ -365,6 +382,7 @@ def main() -> int:
                 "cold_workers_rss_gb": cold["workers_rss"] / 1e9,
                 "cold_processes": cold["processes"],
                 "cold_total_rss_gb": cold["total_rss"] / 1e9,
+                "cold_total_private_gb": cold["total_private"] / 1e9,
                 "warm_setup_s": statistics.median(w["setup_s"] for w in warm),
                 "warm_rss_gb": max(w["rss"] for w in warm) / 1e9,
                 "warm_total_rss_gb": max(w["total_rss"] for w in warm) / 1e9,
@@ -377,7 +395,8 @@ def main() -> int:
                 f"{rows_text}{row['mb']:8.1f} MB | cold: setup {row['cold_setup_s']:7.1f} s, "
                 f"build {row['cold_build_mbs']:5.1f} MB/s, peak RSS {row['cold_rss_gb']:.2f} GB"
                 f"{workers_text(row['cold_workers_rss_gb'])}, all {row['cold_processes']} process(es) together "
-                f"{row['cold_total_rss_gb']:.2f} GB | "
+                f"{row['cold_total_rss_gb']:.2f} GB (without the pages the workers share: "
+                f"{row['cold_total_private_gb']:.2f} GB) | "
                 f"warm: setup {row['warm_setup_s']:.2f} s (median of {args.rounds}), "
                 f"peak RSS {row['warm_rss_gb']:.2f} GB (all together {row['warm_total_rss_gb']:.2f} GB) | "
                 f"imports {row['import_s']:.1f} s | load {row['load']:.1f}"

@@ -51,6 +51,7 @@ def test_every_workers_peak_is_added_to_the_parents(data_scale: ModuleType, monk
     assert out["processes"] == 3
     assert out["descendants_rss"] >= 2 * 150 * MB > out["workers_rss"]  # both workers, not the largest one
     assert out["total_rss"] == out["rss"] + out["descendants_rss"]
+    assert out["total_private"] >= out["rss"] + 2 * 150 * MB  # what the workers wrote is theirs alone
 
 
 @pytest.mark.parametrize(("total_gb", "fails"), [(2.6, True), (2.4, False)])
@@ -66,6 +67,7 @@ def test_the_script_fails_when_the_sum_is_over_the_bound(
     gb = 10**9
     figures = {"import_s": 1.0, "prepare_s": 1.0, "setup_s": 0.5, "rss": 0.9 * gb, "workers_rss": 0.9 * gb}
     figures |= {"processes": 3, "descendants_rss": total_gb * gb - 0.9 * gb, "total_rss": total_gb * gb}
+    figures["total_private"] = 1.5 * gb
     monkeypatch.setattr(data_scale, "run_child", lambda *args: figures)
     monkeypatch.setattr(data_scale, "make_table", lambda path, millions: path.write_text("text,label\n") or 11)
     argv = ["data_scale.py", "--task", "classify", "--sizes", "0.001", "--rounds", "1", "--workdir", str(tmp_path)]
