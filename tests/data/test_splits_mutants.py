@@ -1,10 +1,13 @@
-"""Splits by fraction and stratified by label: what mutation testing (tools/mutation.py) found no test covered."""
+"""Splits by fraction, by label and by group: what mutation testing (tools/mutation.py) found no test covered."""
 
 from __future__ import annotations
 
-import numpy as np
+import re
 
-from attnkit.data.splits import TEST, TRAIN, VAL, fraction_split, stratified_split
+import numpy as np
+import pytest
+
+from attnkit.data.splits import TEST, TRAIN, VAL, fraction_split, group_split, stratified_split
 
 
 def _counts(split: np.ndarray) -> tuple[int, int, int]:
@@ -61,3 +64,40 @@ def test_stratified_split_keeps_one_of_each_class() -> None:
     rest, (held,) = stratified_split([0, 0, 1], [0.5], seed=0)
     assert len(held) == 1 and set(rest) | set(held) == {0, 1, 2}
     assert 2 in rest  # the single example of class 1
+
+
+def test_group_split_of_nothing_is_empty_parts() -> None:
+    parts = group_split([], [0.2, 0.1], seed=0)
+    assert len(parts) == 3 and all(p.dtype == np.int64 and p.shape == (0,) for p in parts)
+
+
+def test_group_split_of_one_group_with_nothing_held_out() -> None:
+    rest, held = group_split(["a"], [0.0], seed=0)
+    assert rest.tolist() == [0] and held.tolist() == []
+
+
+def test_group_split_sizes_follow_the_fractions() -> None:
+    for seed in range(5):
+        parts = group_split(list(range(10)), [0.2], seed=seed)
+        assert [len(p) for p in parts] == [8, 2]
+        parts = group_split(list(range(10)), [0.3, 0.2], seed=seed)
+        assert [len(p) for p in parts] == [5, 3, 2]
+
+
+def test_group_split_stratifies_single_example_groups_exactly() -> None:
+    labels = [0, 0, 0, 0, 1, 1, 1, 1]
+    for seed in range(10):
+        rest, held = group_split(list(range(8)), [0.5], seed=seed, stratify=labels)
+        assert sorted(labels[i] for i in held) == [0, 0, 1, 1], seed
+        assert sorted(labels[i] for i in rest) == [0, 0, 1, 1], seed
+
+
+def test_group_split_messages() -> None:
+    message = (
+        "the data has 1 group(s): too few to hold out whole groups for 1 split(s) and keep one for training; "
+        "give more groups, or set the held-out fractions to 0"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        group_split([7, 7], [0.2], seed=0)
+    with pytest.raises(ValueError, match=re.escape("groups must be one value per example (1-D), got shape (2, 2)")):
+        group_split(np.zeros((2, 2)), [0.2], seed=0)
