@@ -8,11 +8,13 @@ end), plus ``manifest.json``. An entry may also hold texts (``<name>.text``, UTF
 (``<name>.npy``, e.g. labels), checked by the manifest like the token files. ``root`` is
 ``data.cache_dir``, else ``$ATTNKIT_CACHE``, else ``~/.cache/attnkit``. The ``key`` hashes the
 source files' contents, the tokenizer (or the options it is built with) and the data config: a
-change of any of them gives a new entry.
+change of any of them gives a new entry. A module given a tokenizer opens the entry built with the
+options when that entry holds the same tokenizer (:func:`reuse_entry`): one entry per corpus and
+configuration.
 
 Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
 last; the manifest lists every file's size and the XXH3-128 hash of all of its bytes (``xxhash``:
-about 0.1 s per GB read from the page cache, so every byte is checked each time an entry is opened).
+about 0.2 s per GB read from the page cache, so every byte is checked each time an entry is opened).
 An entry whose files are missing, of another size or with another hash is rebuilt, never used (a
 warning names the file); an entry of another ``version`` (an older format) is rebuilt too. Two
 processes that build the same entry at once both finish; the first rename wins. Under DDP,
