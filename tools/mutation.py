@@ -97,6 +97,8 @@ EQUIVALENT: dict[str, str] = {
     "already required there",
     "attnkit.nn.masks.x_prepare_attention__mutmut_43": "distance left int64: multiplying by the float slopes "
     "promotes it to their dtype anyway",
+    "attnkit.nn.masks.x_positions_from_padding_mask__mutmut_4": "cumsum over dim 1 is dim -1 of the documented "
+    "2-D [B, T] padding mask",
 }
 _A = "attnkit.nn.attention."
 _MHA, _KV = _A + "xǁMultiHeadAttentionǁ", _A + "xǁKVCacheǁ"
@@ -138,6 +140,18 @@ EQUIVALENT |= {
     "they are",
     _P + "xǁRotaryEmbeddingǁforward__mutmut_20": "apply_rotary casts cos and sin to x's dtype anyway",
     _P + "xǁRotaryEmbeddingǁforward__mutmut_22": "apply_rotary casts cos and sin to x's dtype anyway",
+}
+_G = "attnkit.data.splits.x_group_split__mutmut_"
+_SAME_GROUPS = "groups numbered otherwise (ranks of a list, float ranks, np.unique of strings): the same partition"
+_SORT = "ties ordered by numpy's default sort instead of the stable one: still largest first, deterministic in seed"
+EQUIVALENT |= {
+    **{_G + str(i): _SAME_GROUPS for i in (3, 4, 12, 16)},
+    **{_G + str(i): "a fraction of 1 or more is still refused, by the sum's check" for i in (30, 31)},
+    **{_G + str(i): "labels of zeros as floats: np.unique numbers them the same" for i in (40, 42)},
+    **{_G + str(i): _SORT for i in (114, 116, 121)},
+    **{_G + str(i): "part numbers as floats compare equal to the ints" for i in (128, 130)},
+    _G + "76": "an extra class column with no examples and a target of 0 changes no growth",
+    _G + "85": "counts and targets all doubled: every growth is 4 times larger, the same argmin",
 }
 
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
