@@ -140,6 +140,9 @@ EQUIVALENT |= {
     "they are",
     _P + "xǁRotaryEmbeddingǁforward__mutmut_20": "apply_rotary casts cos and sin to x's dtype anyway",
     _P + "xǁRotaryEmbeddingǁforward__mutmut_22": "apply_rotary casts cos and sin to x's dtype anyway",
+    _P + "xǁLearnedPositionalEncodingǁforward__mutmut_16": "no positions: end 1 instead of 0 is still within max_len",
+    _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_16": "a table one row longer than needed: the same rows",
+    _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_17": "no positions: a one-row table, indexed by none",
 }
 _G = "attnkit.data.splits.x_group_split__mutmut_"
 _SAME_GROUPS = "groups numbered otherwise (ranks of a list, float ranks, np.unique of strings): the same partition"
