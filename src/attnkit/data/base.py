@@ -20,9 +20,10 @@ import torch
 from pydantic import ConfigDict, field_validator
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
-from torchdata.stateful_dataloader.sampler import RandomSampler, StatefulDistributedSampler
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 from attnkit.config import StrictModel
+from attnkit.data.samplers import ShuffledOrder
 
 __all__ = [
     "DataConfig",
@@ -131,9 +132,10 @@ class SplitDataModule(L.LightningDataModule):
     ) -> DataLoader:
         """A loader of ``dataset`` with the module's batch size and workers.
 
-        One process: when shuffled, the order comes from a generator seeded with ``seed``
-        (``None``: the seed of torch's global generator, which the run seeds), the same order for
-        the same seed. Several processes (see the module docstring): a shuffled split gets an
+        One process: when shuffled, the order (:class:`~attnkit.data.samplers.ShuffledOrder`) comes
+        from a generator seeded with ``seed`` (``None``: the seed of torch's global generator, which
+        the run seeds), the same order for the same seed. Several processes (see the module
+        docstring): a shuffled split gets an
         :class:`EpochDistributedSampler` (seeded the same way, the same on every process; the last
         ``len % processes`` examples of each epoch's order are left out, so that the shards are
         disjoint and equal), an ordered one :class:`EvalBatches`.
@@ -161,7 +163,7 @@ class SplitDataModule(L.LightningDataModule):
         if world > 1:
             batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)  # type: ignore[arg-type]
             return StatefulDataLoader(dataset, batch_sampler=batches, **common)
-        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed)) if shuffle else None
+        sampler = ShuffledOrder(dataset, torch.Generator().manual_seed(seed)) if shuffle else None
         return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
 
     def train_dataloader(self) -> DataLoader:

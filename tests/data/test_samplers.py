@@ -1,0 +1,97 @@
+"""ShuffledOrder: torchdata's RandomSampler's order and state, without a Python list of every index."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
+
+from attnkit.data.samplers import CHUNK, ShuffledOrder
+
+
+def _epochs(sampler, n: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [list(sampler) for _ in range(n)]
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, CHUNK - 1, CHUNK, 3 * CHUNK + 5])
+def test_the_same_order_as_torchdata_for_the_same_seed(size: int) -> None:
+    data = range(size)
+    ours = _epochs(ShuffledOrder(data, torch.Generator().manual_seed(3)), 3)
+    theirs = _epochs(RandomSampler(data, generator=torch.Generator().manual_seed(3)) if size else [], 3)
+    if size:
+        assert ours == theirs
+        assert all(sorted(epoch) == list(data) for epoch in ours)
+        assert size < 2 or ours[0] != ours[1]  # each epoch draws a new order
+    else:
+        assert ours == [[], [], []]
+
+
+@pytest.mark.parametrize("stop", [0, 1, CHUNK - 1, CHUNK, CHUNK + 3, 2 * CHUNK + 9])
+@pytest.mark.parametrize("resume_with", ["ours", "torchdata"])
+def test_a_saved_position_resumes_the_same_epoch(stop: int, resume_with: str) -> None:
+    """The state saved mid-epoch (in the second epoch) gives the rest of that epoch, then the next
+    epochs as an uninterrupted sampler would; the state is torchdata's, so either side reads it."""
+    data = range(2 * CHUNK + 10)
+    full = _epochs(ShuffledOrder(data, torch.Generator().manual_seed(5)), 3)
+    sampler = ShuffledOrder(data, torch.Generator().manual_seed(5))
+    list(sampler)  # epoch 0
+    it = iter(sampler)
+    head = [next(it) for _ in range(stop)]
+    state = it.state_dict()
+    assert state["yielded"] == stop
+
+    fresh = torch.Generator().manual_seed(999)  # a new process: its generator knows nothing
+    other = ShuffledOrder(data, fresh) if resume_with == "ours" else RandomSampler(data, generator=fresh)
+    resumed = iter(other)
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full[1]
+    assert list(other) == full[2]
+
+
+def test_it_reads_a_position_torchdata_saved() -> None:
+    data = range(100)
+    theirs = iter(RandomSampler(data, generator=torch.Generator().manual_seed(1)))
+    head = [next(theirs) for _ in range(40)]
+    sampler = ShuffledOrder(data, torch.Generator())
+    it = iter(sampler)
+    it.load_state_dict(theirs.state_dict())
+    assert head + list(it) == list(ShuffledOrder(data, torch.Generator().manual_seed(1)))
+
+
+def test_a_position_beyond_the_data_is_refused() -> None:
+    it = iter(ShuffledOrder(range(10), torch.Generator().manual_seed(0)))
+    state = {"yielded": 11, "generator": torch.Generator().manual_seed(0).get_state()}
+    with pytest.raises(ValueError, match="11 of 10 examples: not this data"):
+        it.load_state_dict(state)
+
+
+def test_no_python_list_of_every_index() -> None:
+    """Starting an epoch of 2 M examples allocates a chunk of Python ints, not 2 M of them (torchdata's
+    sampler allocates ~70 MB of them here)."""
+    data = range(2_000_000)
+    tracemalloc.start()
+    try:
+        first = next(iter(ShuffledOrder(data, torch.Generator().manual_seed(0))))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 0 <= first < len(data)
+    assert peak < 4 * CHUNK * 40, f"{peak / 1e6:.1f} MB of Python objects to start one epoch"
+
+
+def test_a_stateful_loader_resumes_mid_epoch_with_the_same_batches() -> None:
+    data = list(range(50))
+    loader = StatefulDataLoader(data, batch_size=4, sampler=ShuffledOrder(data, torch.Generator().manual_seed(2)))
+    expected = [b.tolist() for _ in range(2) for b in loader]
+    loader = StatefulDataLoader(data, batch_size=4, sampler=ShuffledOrder(data, torch.Generator().manual_seed(2)))
+    seen = [b.tolist() for b in loader]
+    it = iter(loader)
+    seen += [next(it).tolist() for _ in range(5)]
+    state = loader.state_dict()
+    again = StatefulDataLoader(data, batch_size=4, sampler=ShuffledOrder(data, torch.Generator().manual_seed(77)))
+    again.load_state_dict(state)
+    seen += [b.tolist() for b in again]
+    assert seen == expected
