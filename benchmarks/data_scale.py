@@ -56,9 +56,9 @@ torch, so the plain sum counts those once per worker).
 
 Checks (exit status 1 when one fails): peak RSS of every setup <= 1.2 GB (and of each tokenizing
 worker process); the parent and all its workers together (without the pages they share) <= 2.5 GB;
-warm setup to the first training step <= 3 s; tokenization >= 20 MB/s for char, word and BPE. ``--tokenize-only`` runs the
-tokenization comparison alone. The machine is shared: the load
-average is printed with the figures.
+warm setup to the first training step <= 3 s; tokenization >= 20 MB/s for char, word and BPE.
+``--tokenize-only`` runs the tokenization comparison alone. The machine is shared: the load average is
+printed with the figures.
 """
 
 from __future__ import annotations
