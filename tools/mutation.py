@@ -144,6 +144,19 @@ EQUIVALENT |= {
     _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_16": "a table one row longer than needed: the same rows",
     _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_17": "no positions: a one-row table, indexed by none",
 }
+_GEN = "attnkit.models.generation.x_"
+_INF = 'float("-INF") is float("-inf")'
+EQUIVALENT |= {
+    **{_GEN + f"{f}__mutmut_{i}": _INF for f, i in (("top_k_filter", 22), ("top_p_filter", 39), ("min_p_filter", 23))},
+    **{_GEN + f"sample_next_token__mutmut_{i}": "dim 1 is dim -1 of its [B, V] logits" for i in (17, 41, 51)},
+    _GEN + "top_k_filter__mutmut_10": "topk's default dim is -1",
+    _GEN + "top_p_filter__mutmut_8": "sort's default dim is -1",
+    _GEN + "top_k_filter__mutmut_1": "k equal to the vocabulary keeps every logit either way",
+    _GEN + "min_p_filter__mutmut_1": "min_p = 0 drops no probability (none is below 0)",
+    _GEN + "apply_repetition_penalty__mutmut_10": "a zero logit times or divided by the penalty is zero",
+    _GEN + "check_sampling__mutmut_1": "the default penalty, 1 or 2, is valid either way",
+    **{_GEN + f"left_pad__mutmut_{i}": "token ids (ints) make int64 tensors by default" for i in (4, 6, 23, 26)},
+}
 _G = "attnkit.data.splits.x_group_split__mutmut_"
 _SAME_GROUPS = "groups numbered otherwise (ranks of a list, float ranks, np.unique of strings): the same partition"
 _SORT = "ties ordered by numpy's default sort instead of the stable one: still largest first, deterministic in seed"

@@ -128,3 +128,20 @@ def test_sample_next_token_returns_one_int64_id_per_row() -> None:
     assert out.shape == (2,) and out.dtype == torch.int64 and out.tolist() == [1, 0]
     greedy = sample_next_token(logits, temperature=0.0)
     assert greedy.shape == (2,) and greedy.tolist() == [1, 0]
+
+
+def test_filters_work_on_the_last_dim_of_any_shape() -> None:
+    """``[..., V]``: a 3-D batch filters each row as the rows on their own."""
+    logits = torch.randn(2, 3, 5)
+    for name, fn in (("top_k", lambda x: top_k_filter(x, 2)), ("top_p", lambda x: top_p_filter(x, 0.6)),
+                     ("min_p", lambda x: min_p_filter(x, 0.3))):  # fmt: skip
+        rows = torch.stack([fn(row) for row in logits.reshape(6, 5)]).reshape(2, 3, 5)
+        assert torch.equal(fn(logits), rows), name
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"top_k": 0}, "top_k must be"), ({"top_p": 0.0}, "top_p must be"), ({"min_p": 2.0}, "min_p")]
+)
+def test_sample_next_token_checks_its_filters(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        sample_next_token(torch.zeros(1, 4), **kwargs)
