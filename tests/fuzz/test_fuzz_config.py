@@ -3,6 +3,7 @@ the same examples on every run; tools/fuzz.py runs the targets longer), and the 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import fuzz_config_targets  # noqa: F401  (registers the targets)
@@ -57,3 +58,15 @@ def test_a_preset_of_the_wrong_type_is_a_config_error(tmp_path: Path):
     path.write_bytes(b"model:\n  preset: []\n")
     with pytest.raises(ConfigError, match=r"model.preset"):
         build_config("lm", path)
+
+
+@pytest.mark.parametrize(
+    ("task", "items"),
+    [("classify", ["model.d_model=6469693230"]), ("lm", ["model.num_heads=6469693230", "model.num_kv_heads=7"])],
+)
+def test_a_huge_size_that_does_not_divide_is_refused_at_once(task: str, items: list[str]):
+    # the message listed every divisor by trying 1 .. d_model: 6469693230 (= 2*3*5*...*29) took hours
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"must divide .* choose num_heads in \[1, 2, "):
+        build_config(task, None, parse_overrides(items))
+    assert time.perf_counter() - start < 1.0

@@ -33,7 +33,7 @@ class EncoderConfig(StrictModel):
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.head_dim is None and self.d_model % self.num_heads != 0:
-            options = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:10]
+            options = [h for h in range(1, min(self.d_model, 1024) + 1) if self.d_model % h == 0][:10]
             raise ValueError(
                 f"num_heads ({self.num_heads}) must divide d_model ({self.d_model}); "
                 f"choose num_heads in {options} or set head_dim"

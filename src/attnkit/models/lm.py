@@ -166,7 +166,7 @@ class LanguageModelArchitecture(EncoderConfig):
         if self.rope_scaling is not None and self.positional != "rotary":
             raise ValueError(f"rope_scaling needs positional='rotary', got positional={self.positional!r}")
         if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
-            options = [h for h in range(1, self.num_heads + 1) if self.num_heads % h == 0]
+            options = [h for h in range(1, min(self.num_heads, 1024) + 1) if self.num_heads % h == 0][:10]
             raise ValueError(
                 f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
             )
