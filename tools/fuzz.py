@@ -4,7 +4,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python tools/fuzz.py --target readers.table --examples 20000 --seed 7
 
 Prints one row per target: the examples tried and the failures (0, or 1: Hypothesis stops at the
-first failing input, shrinks it and prints it below the table). Exit code 1 when any target failed.
+first failing input, shrinks it and prints it below the table; an example that takes longer than
+--timeout seconds fails too). Exit code 1 when any target failed.
 The targets, their strategies and the oracle live in tests/fuzz (fuzz_*_targets.py, fuzz_core.py).
 """
 
@@ -26,7 +27,7 @@ import fuzz_checkpoint_targets  # noqa: E402, F401  (registers its targets)
 import fuzz_config_targets  # noqa: E402, F401
 import fuzz_reader_targets  # noqa: E402, F401
 import torch  # noqa: E402
-from fuzz_core import TARGETS, Assets, run_target  # noqa: E402
+from fuzz_core import TARGETS, Assets, Hang, run_target  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         "--target", action="append", help="a target name or prefix (e.g. readers); repeatable; default: all"
     )
     parser.add_argument("--seed", type=int, help="Hypothesis seed (default: random; the suite derandomizes)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds one example may take (default 60)")
     parser.add_argument("--list", action="store_true", help="list the targets and exit")
     args = parser.parse_args(argv)
     names = [n for n in TARGETS if not args.target or any(n == t or n.startswith(t) for t in args.target)]
@@ -49,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             start = time.perf_counter()
             try:
-                tried = run_target(TARGETS[name], assets, args.examples, derandomize=False, seed=args.seed)
+                tried = run_target(
+                    TARGETS[name], assets, args.examples, derandomize=False, seed=args.seed, timeout_s=args.timeout
+                )
                 failed = 0
-            except Exception:
+            except (Exception, Hang):
                 tried, failed = -1, 1
                 failures.append((name, traceback.format_exc()))
             rows.append((name, tried, failed, time.perf_counter() - start))

@@ -11,6 +11,7 @@ through) and naming the input (the file, the folder or the key). Anything else f
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
@@ -87,16 +88,34 @@ def targets(prefix: str) -> list[Target]:
 
 
 def run_target(
-    t: Target, assets: Assets, examples: int | None = None, *, derandomize: bool = True, seed: int | None = None
+    t: Target,
+    assets: Assets,
+    examples: int | None = None,
+    *,
+    derandomize: bool = True,
+    seed: int | None = None,
+    timeout_s: float | None = None,
 ) -> int:
     """Run ``t`` on ``examples`` generated inputs (Hypothesis); returns how many were tried. A
-    failing input is shrunk and raised."""
+    failing input is shrunk and raised; with ``timeout_s`` (main thread only), so is one that
+    takes longer than that (a hang is a failure too)."""
     calls = 0
 
     def body(example: Any) -> None:
         nonlocal calls
         calls += 1
-        t.check(assets, example)
+        if timeout_s is None:
+            t.check(assets, example)
+            return
+        previous = signal.signal(signal.SIGALRM, _too_slow)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            t.check(assets, example)
+        except Hang:
+            raise Hang(f"{t.name}: an example took over {timeout_s} s (a hang?): {example!r}") from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     test = given(t.strategy)(body)
     test = settings(
@@ -111,6 +130,15 @@ def run_target(
         test = hypothesis_seed(seed)(test)
     test()
     return calls
+
+
+class Hang(BaseException):
+    """An example that took too long; a BaseException, so that no ``except Exception`` of the code under
+    test turns it into a user error."""
+
+
+def _too_slow(signum: int, frame: Any) -> None:
+    raise Hang("the example took too long")
 
 
 # -------------------------------------------------------------------------------------- byte mutations
