@@ -5,7 +5,7 @@ base (``attnkit.config``, ``attnkit.errors``, ``attnkit.io``, ``attnkit.version`
 ``attnkit.models`` = 2, ``attnkit.data`` = 3 (``attnkit.interop``, which reads pretrained tokenizers with
 ``attnkit.data``'s tokenizer classes, sits with data: 3), ``attnkit.training`` / ``attnkit.tasks`` = 4,
 ``attnkit.cli`` / ``attnkit.api`` / ``attnkit.tuning`` / ``attnkit.viz`` = 5; the package root ``attnkit``
-(which re-exports the API) = 6. Every import counts, at module level or inside a function: a lazy import
+(which re-exports the API) and ``attnkit.__main__`` (``python -m attnkit``) = 6. Every import counts, at module level or inside a function: a lazy import
 must not hide a cycle.
 """
 
@@ -35,6 +35,7 @@ LAYERS = {
     "api": 5,
     "tuning": 5,
     "viz": 5,
+    "__main__": 6,  # `python -m attnkit`: the command line, like the package root above it
 }
 
 
