@@ -45,7 +45,7 @@ WORK = ROOT / "mutants"
 @dataclass(frozen=True)
 class Module:
     path: str
-    tests: tuple[str, ...]
+    tests: tuple[str, ...]  # test files, or pytest node ids (``file::test``) where only some tests of a file fit
 
 
 # The modules of issue 21 and the tests that exercise them, in the order they are run.
@@ -83,9 +83,21 @@ MODULES: dict[str, Module] = {
         "src/attnkit/training/preemption.py",
         ("tests/training/test_preemption.py", "tests/training/test_preemption_mutants.py"),
     ),
+    # storage.py's unit tests only: test_storage.py's others start processes that race to create a storage
+    # (SQLite and a PostgreSQL server) or run a whole study (slow), minutes per mutant.
     "storage": Module(
         "src/attnkit/tuning/storage.py",
-        ("tests/tuning/test_storage.py", "tests/tuning/test_storage_mutants.py"),
+        (
+            *(
+                f"tests/tuning/test_storage.py::{test}"
+                for test in (
+                    "test_only_errors_of_a_lost_creation_race_are_retried",
+                    "test_open_retries_a_lost_race_with_backoff_and_reports_other_errors_at_once",
+                    "test_postgresql_urls_use_the_installed_driver",
+                )
+            ),
+            "tests/tuning/test_storage_mutants.py",
+        ),
     ),
 }
 
@@ -170,6 +182,19 @@ EQUIVALENT |= {
     _G + "85": "counts and targets all doubled: every growth is 4 times larger, the same argmin",
 }
 
+_S = "attnkit.tuning.storage.x_"
+_UNREACHABLE = "attempt RACE_RETRIES returns or raises: a later attempt and the code after the loop are never reached"
+EQUIVALENT |= {
+    **{
+        _S + f"_check_url__mutmut_{i}": "the folder of an empty or :memory: SQLite database is '.', which exists"
+        for i in (13, 14, 15)
+    },
+    **{_S + f"_postgres_driver__mutmut_{i}": "hide_password=None is as false as hide_password=False" for i in (12, 21)},
+    **{_S + f"open_storage__mutmut_{i}": _UNREACHABLE for i in (8, 89, 90, 91)},
+    _S + "prepare_storage__mutmut_6": "check_version=None is as false as check_version=False",
+    _S + "prepare_storage__mutmut_9": "open_storage's create defaults to True",
+}
+
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
 KILLED_STATUSES = {"killed", "timeout", "segfault"}
 
@@ -200,7 +225,7 @@ def unpack(module: Module, rev: str | None, dest: Path) -> None:
     text = pyproject.read_text()
     if "mutmut" in tomllib.loads(text).get("tool", {}):
         raise SystemExit("pyproject.toml already has a [tool.mutmut] table; this script writes its own")
-    tests = [t for t in module.tests if (dest / t).exists()]
+    tests = [t for t in module.tests if (dest / t.split("::")[0]).exists()]  # a file, or one test of it
     missing = sorted(set(module.tests) - set(tests))
     if missing:
         print(f"  (not in this tree, skipped: {', '.join(missing)})")
