@@ -11,7 +11,7 @@ from typing import Any
 import click
 import yaml
 
-from attnkit.config import parse_overrides
+from attnkit.config import UserPath, parse_overrides
 from attnkit.errors import CheckpointError, ConfigError, Preempted
 from attnkit.io import write_atomic, write_json_atomic
 
@@ -40,17 +40,17 @@ def tasks() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("task")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML file of config keys.")
-@click.option("--resume", type=click.Path(file_okay=False), help="Continue a run folder from its last checkpoint.")
+@click.option("--config", "config_file", type=UserPath(dir_okay=False), help="YAML file of config keys.")
+@click.option("--resume", type=UserPath(file_okay=False), help="Continue a run folder from its last checkpoint.")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
 @click.option(
     "--init",
-    type=click.Path(),
+    type=UserPath(),
     help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
     "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
 )
 @click.option(
-    "--data", "data_source", type=click.Path(), help="The data file or folder (lm: also a glob); = data.source=PATH."
+    "--data", "data_source", type=UserPath(), help="The data file or folder (lm: also a glob); = data.source=PATH."
 )
 @click.pass_context
 def train(
@@ -95,8 +95,8 @@ def train(
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("task")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML file of config keys.")
-@click.option("--data", "data_source", type=click.Path(), help="The data file, folder or glob; = data.source=PATH.")
+@click.option("--config", "config_file", type=UserPath(dir_okay=False), help="YAML file of config keys.")
+@click.option("--data", "data_source", type=UserPath(), help="The data file, folder or glob; = data.source=PATH.")
 @click.pass_context
 def prepare(ctx: click.Context, task: str, config_file: str | None, data_source: str | None) -> None:
     """Tokenize TASK's data into the token cache now (e.g. on a login node), with the keys `train`
@@ -134,9 +134,9 @@ _STANDARDIZED_HELP = "anomaly: the file's features are already standardised (def
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("run", type=click.Path())
-@click.option("--data", "data_file", type=click.Path(), help="Score this file (in the task's format) instead.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the metrics here as JSON.")
+@click.argument("run", type=UserPath())
+@click.option("--data", "data_file", type=UserPath(), help="Score this file (in the task's format) instead.")
+@click.option("--out", "out_file", type=UserPath(dir_okay=False), help="Also write the metrics here as JSON.")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Batch size (default: the run's).")
 @click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object, at full precision.")
@@ -183,10 +183,10 @@ def test(
 
 
 @main.command()
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.argument("inputs", nargs=-1)
-@click.option("--file", "input_file", type=click.Path(), help="Predict every input of this file ('-': stdin).")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="With --file: write the JSON lines here.")
+@click.option("--file", "input_file", type=UserPath(), help="Predict every input of this file ('-': stdin).")
+@click.option("--out", "out_file", type=UserPath(dir_okay=False), help="With --file: write the JSON lines here.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Inputs per batch.")
 @click.option("--standardized", is_flag=True, help=_STANDARDIZED_HELP)
 def predict(
@@ -242,10 +242,10 @@ def _write_json_lines(records: Iterable[dict[str, Any]], out_file: str | None) -
 
 
 @main.command()
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.option("--prompt", default="", help="Text to continue (default: empty, i.e. a new document).")
-@click.option("--file", "input_file", type=click.Path(dir_okay=False), help="Continue every line ('-': stdin).")
-@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="With --file: write the texts here.")
+@click.option("--file", "input_file", type=UserPath(dir_okay=False), help="Continue every line ('-': stdin).")
+@click.option("--out", "output_file", type=UserPath(dir_okay=False), help="With --file: write the texts here.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Prompts per batch.")
 @click.option("--max-new-tokens", default=200, show_default=True, type=click.IntRange(min=0), help="Tokens to add.")
 @click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random.")
@@ -315,10 +315,10 @@ def generate(
 
 
 @main.command()
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.argument("texts", nargs=-1)
-@click.option("--file", "input_file", type=click.Path(dir_okay=False), help="Translate every line ('-': stdin).")
-@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="Write the translations here.")
+@click.option("--file", "input_file", type=UserPath(dir_okay=False), help="Translate every line ('-': stdin).")
+@click.option("--out", "output_file", type=UserPath(dir_okay=False), help="Write the translations here.")
 @click.option("--beam", type=int, help="Beam size; 1 = greedy (default: the run's decode.beam_size).")
 def translate(
     run: str, texts: tuple[str, ...], input_file: str | None, output_file: str | None, beam: int | None
@@ -368,7 +368,7 @@ def plot() -> None:
 
 
 @plot.command("attention")
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.option("--input", "text", help="An input written as for `attnkit predict` (e.g. '3 1 4 1 5').")
 @click.option("--index", type=int, help="A validation example (default 0 when no --input).")
 @click.option("--out", default="attention.png", show_default=True, help=_OUT_HELP % "attention.png")
@@ -398,7 +398,7 @@ def plot_positional(dim: int, length: int, curves: int, out: str) -> None:
 
 
 @plot.command("schedule")
-@click.argument("run", type=click.Path(), required=False)
+@click.argument("run", type=UserPath(), required=False)
 @click.option("--warmup", type=int, default=50, show_default=True, help="Warm-up steps (without RUN).")
 @click.option("--max-iters", type=int, help="Steps of the cosine period (without RUN; required then).")
 @click.option("--lr", type=float, help="Base learning rate (without RUN; default: plot the factor).")
@@ -422,7 +422,7 @@ def plot_schedule(run: str | None, warmup: int, max_iters: int | None, lr: float
 
 
 @plot.command("curves")
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.option("--out", default="curves.png", show_default=True, help=_OUT_HELP % "curves.png")
 def plot_curves(run: str, out: str) -> None:
     """Training curves of RUN: loss and metrics, train and validation."""
@@ -435,7 +435,7 @@ def plot_curves(run: str, out: str) -> None:
 
 
 @main.command()
-@click.argument("run", type=click.Path())
+@click.argument("run", type=UserPath())
 @click.option("--examples", default=3, show_default=True, help="Validation examples whose attention is shown.")
 @click.option("--out", help="Where to write (default: RUN/report.html).")
 def report(run: str, examples: int, out: str | None) -> None:
@@ -450,8 +450,8 @@ def report(run: str, examples: int, out: str | None) -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("task")
-@click.option("--space", "space_file", required=True, type=click.Path(dir_okay=False), help="YAML search space.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Base config (YAML file).")
+@click.option("--space", "space_file", required=True, type=UserPath(dir_okay=False), help="YAML search space.")
+@click.option("--config", "config_file", type=UserPath(dir_okay=False), help="Base config (YAML file).")
 @click.option("--trials", "n_trials", type=int, required=True, help="Trials in all (a resumed study runs the rest).")
 @click.option("--timeout", type=float, help="Seconds after which no new trial starts.")
 @click.option("--storage", help="SQLAlchemy URL or SQLite file (default: OUTPUT_DIR/tune/STUDY/study.db).")
@@ -522,8 +522,8 @@ def tune(
 
 
 @main.command("import")
-@click.argument("path", type=click.Path())
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="The attnkit model folder to write.")
+@click.argument("path", type=UserPath())
+@click.option("--out", required=True, type=UserPath(file_okay=False), help="The attnkit model folder to write.")
 def import_model(path: str, out: str) -> None:
     """Convert the Hugging Face BERT, GPT-2, Llama, Mistral or Qwen2 folder PATH (config.json, weights,
     sharded or not, tokenizer files) into an attnkit model folder OUT (model.safetensors + attnkit.json +
@@ -545,8 +545,8 @@ def import_model(path: str, out: str) -> None:
 
 
 @main.command()
-@click.argument("run", type=click.Path())
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="The model folder to write.")
+@click.argument("run", type=UserPath())
+@click.option("--out", required=True, type=UserPath(file_okay=False), help="The model folder to write.")
 @click.option(
     "--format",
     "fmt",

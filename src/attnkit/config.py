@@ -7,12 +7,22 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import click
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attnkit.errors import ConfigError
 
-__all__ = ["ConfigError", "StrictModel", "allowed_keys", "load_yaml", "merge", "parse_overrides", "validate_config"]
+__all__ = [
+    "ConfigError",
+    "StrictModel",
+    "UserPath",
+    "allowed_keys",
+    "load_yaml",
+    "merge",
+    "parse_overrides",
+    "validate_config",
+]
 
 
 class StrictModel(BaseModel):
@@ -85,6 +95,17 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         node[parts[-1]] = value
         i += 1
     return out
+
+
+class UserPath(click.Path):
+    """``click.Path`` for paths the user types: one the file system cannot hold (an embedded NUL
+    byte, where ``os.stat`` raises ``ValueError``) is a usage error naming it, not a traceback."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except ValueError as err:
+            self.fail(f"{value!r} is not a usable path ({err})", param, ctx)
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
