@@ -302,7 +302,8 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
 
 def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) -> dict[str, Any]:
     hparams = checkpoint.get("hyper_parameters")
-    if not isinstance(hparams, dict) or "task" not in hparams or "state_dict" not in checkpoint:
+    ok = isinstance(hparams, dict) and isinstance(hparams.get("task"), str) and isinstance(hparams.get("config"), dict)
+    if not ok or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not an attnkit checkpoint (no attnkit hyper-parameters or weights)")
     if task is not None and hparams["task"] != task.name:
         raise CheckpointError(f"{path} is a checkpoint of task {hparams['task']!r}, not {task.name!r}")
