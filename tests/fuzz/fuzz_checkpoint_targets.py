@@ -46,7 +46,7 @@ def edit(obj: Any, edits: list[tuple[float, str, Any]], junk_tensor: bool = Fals
     for where, kind, junk in edits:
         found = paths(obj)
         if not found:
-            return junk
+            return copy.deepcopy(junk)
         path = found[int(where * len(found))]
         parent = obj
         for key in path[:-1]:
@@ -62,7 +62,7 @@ def edit(obj: Any, edits: list[tuple[float, str, Any]], junk_tensor: bool = Fals
         elif kind == "scale" and isinstance(value, int | float) and not isinstance(value, bool):
             parent[key] = type(value)(value * [-1, 0, 2][int(where * 3)])
         else:
-            parent[key] = torch.zeros(2, 3) if junk_tensor and isinstance(value, torch.Tensor) else junk
+            parent[key] = torch.zeros(2, 3) if junk_tensor and isinstance(value, torch.Tensor) else copy.deepcopy(junk)
     return obj
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 import fuzz_checkpoint_targets  # noqa: F401  (registers the targets)
 import pytest
 import torch
+from click.testing import CliRunner
 from fuzz_core import Assets, Target, copy_folder, run_target, targets
 
+from attnkit.cli import main
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.pretrained import load_pretrained
 from attnkit.interop.weights import read_weights
+from attnkit.tasks import load_run
 from attnkit.training.checkpoint import load_checkpoint_file
 
 
@@ -69,3 +72,23 @@ def test_a_model_folder_value_of_the_wrong_type_is_a_config_error(
     (folder / file).write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=match):
         load_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "hparams", [{"task": "reverse"}, {"task": ["reverse"], "config": {}}, {"task": "reverse", "config": 3}]
+)
+def test_a_checkpoint_without_its_task_or_config_is_a_checkpoint_error(
+    fuzz_assets: Assets, tmp_path: Path, hparams: dict
+):
+    # a missing "config" was a KeyError, a list for "task" a TypeError (unhashable type)
+    checkpoint = {**fuzz_assets.checkpoint, "hyper_parameters": hparams}
+    (tmp_path / "checkpoints").mkdir()
+    torch.save(checkpoint, tmp_path / "checkpoints" / "best.ckpt")
+    with pytest.raises(CheckpointError, match=r"best.ckpt is not an attnkit checkpoint"):
+        load_run(tmp_path)
+
+
+def test_a_path_with_a_nul_byte_is_a_usage_error():
+    # click.Path's os.stat raised ValueError: embedded null byte, a traceback
+    result = CliRunner().invoke(main, ["train", "reverse", "--print-config", "--data", "a\x00b"])
+    assert result.exit_code == 2 and "is not a usable path" in result.output and "Traceback" not in result.output
