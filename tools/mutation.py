@@ -195,6 +195,58 @@ EQUIVALENT |= {
     _S + "prepare_storage__mutmut_9": "open_storage's create defaults to True",
 }
 
+_C = "attnkit.data.cache.x"
+_W, _ROWS, _TEXTS, _TC = _C + "ǁCacheWriterǁ", _C + "ǁCachedRowsǁ", _C + "ǁCachedTextsǁ", _C + "ǁTokenCacheǁ"
+_INT64 = "Python ints (and the lengths given) make int64 arrays by default, and _offsets writes int64 anyway"
+_READ_SIZE = "the bytes read in other chunks (or at once, or buffered): the same hash"
+_UTF8 = "codec names are case-insensitive: UTF-8 is utf-8"
+_IN_MEMORY = "offsets read into memory instead of memory-mapped: the same values (memory-mapping is promised for "
+"tokens and arrays only)"
+_CHECKED = "only another process's entry is opened with verify: it was checked whole by the open just before"
+EQUIVALENT |= {
+    **{_C + f"_content_digest__mutmut_{i}": _READ_SIZE for i in (21, 23, 24)},
+    **{
+        _C + f"_content_digest__mutmut_{i}": "another memo file name, still one per (path, size, mtime)" for i in (8, 9)
+    },
+    **{_C + f"_file_hash__mutmut_{i}": _READ_SIZE for i in (8, 11)},
+    _C + "_open_or_build__mutmut_20": "ours = None is as false as ours = False",
+    **{_C + f"_open_or_build__mutmut_{i}": _CHECKED for i in (21, 46)},
+    **{
+        _C + f"_reuse_entry__mutmut_{i}": "the manifest is written with sorted keys (write_json_atomic): its items "
+        "dump the same sorted or not"
+        for i in (18, 20, 22)
+    },
+    **{_W + f"add__mutmut_{i}": "astype's copy flag: the same bytes written" for i in (11, 13, 14)},
+    **{_W + f"add__mutmut_{i}": _INT64 for i in (17, 19)},
+    **{
+        _W + f"add_rows__mutmut_{i}": "fromiter's default float64 lengths or ids are cast back (to int64, to the "
+        "token dtype) by add: the same bytes"
+        for i in (3, 14)
+    },
+    **{_W + f"add_rows__mutmut_{i}": "fromiter's count only preallocates: the same array" for i in (7, 18)},
+    **{_W + f"finish__mutmut_{i}": _INT64 for i in (7, 9, 26, 28)},
+    _W + "add_texts__mutmut_12": _UTF8,
+    _TEXTS + "__iter____mutmut_16": _UTF8,
+    _TEXTS + "_get__mutmut_14": _UTF8,
+    **{
+        f"{cls}{fn}__mutmut_{i}": _IN_MEMORY
+        for cls, fn, i in (
+            (_ROWS, "__init__", 5),
+            (_ROWS, "__init__", 7),
+            (_ROWS, "__setstate__", 4),
+            (_ROWS, "__setstate__", 6),
+            (_TEXTS, "__init__", 4),
+            (_TEXTS, "__init__", 6),
+            (_TEXTS, "__setstate__", 4),
+            (_TEXTS, "__setstate__", 6),
+            (_TC, "offsets", 2),
+            (_TC, "offsets", 4),
+        )
+    },
+    _C + "ǁLazySequenceǁ_check__mutmut_8": "with no items every index is refused before the modulo",
+    _TC + "open__mutmut_27": 'problem = "" is as false as problem = None',
+}
+
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
 KILLED_STATUSES = {"killed", "timeout", "segfault"}
 
