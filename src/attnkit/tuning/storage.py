@@ -124,8 +124,9 @@ def open_storage(
     url: str, heartbeat: int = 10, *, create: bool = True, check_version: bool = True
 ) -> optuna.storages.RDBStorage:
     """Open an Optuna RDB storage whose running trials record a heartbeat every ``heartbeat`` seconds;
-    a trial whose heartbeat is older than ``4 x heartbeat`` is marked failed and re-run once with the
-    same parameters (Optuna's :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`).
+    a trial whose heartbeat is older than ``4 x heartbeat`` is marked failed and run again with the
+    same parameters, up to twice (Optuna's :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`,
+    ``max_retry=2``).
 
     ``create``: create the tables when they are missing (``False`` where :func:`prepare_storage` has
     made them). An open that lost the race to create them is retried (up to ``RACE_RETRIES`` times,
