@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attnkit.errors import ConfigError
+from attnkit.io import decode_utf8
 
 __all__ = [
     "ConfigError",
@@ -41,14 +42,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise ConfigError(
-            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x}); save the config file as UTF-8"
-        ) from None
+    text = decode_utf8(path.read_bytes(), path, error=ConfigError, fix="save the config file as UTF-8")
     try:
         data = yaml.safe_load(text) or {}
     except _YAML_ERRORS as err:

@@ -1,8 +1,10 @@
 """Files written atomically: readers never see a half-written file (checkpoints, run metadata,
-caches, reports). Below every other layer: it imports nothing of attnkit."""
+caches, reports); and text read as UTF-8 with an error that says where it is not. Below every other
+layer: it imports nothing of attnkit."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import tempfile
@@ -10,7 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["decode_utf8", "write_atomic", "write_json_atomic", "write_text_atomic"]
+
+
+def decode_utf8(raw: bytes, where: str | Path, *, error: type[Exception] = ValueError, fix: str = "") -> str:
+    """``raw`` decoded as UTF-8 (a leading byte order mark dropped). Bytes that are not UTF-8 raise
+    ``error`` naming ``where`` (the file), the line, the byte and its column, then ``fix``."""
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return str(memoryview(raw)[bom:], "utf-8")
+    except UnicodeDecodeError as err:
+        start = bom + err.start
+        line = raw.count(b"\n", 0, start) + 1
+        column = start - raw.rfind(b"\n", 0, start)
+        then = f"; {fix}" if fix else ""
+        raise error(f"{where}:{line}: not UTF-8 (byte {raw[start]:#04x} at column {column}){then}") from None
 
 
 def write_atomic(path: str | Path, write: Callable[[str], Any]) -> None:

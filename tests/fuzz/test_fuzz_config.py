@@ -34,7 +34,7 @@ def test_an_override_whose_tag_does_not_fit_is_kept_as_text():
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        (b"\x80", r"config.yaml:1: not UTF-8 \(byte 0x80\); save the config file as UTF-8"),
+        (b"\x80", r"config.yaml:1: not UTF-8 \(byte 0x80 at column 1\); save the config file as UTF-8"),
         (b"seed: 1\nmodel:\n  activation: caf\xe9\n", r"config.yaml:3: not UTF-8"),
         (b"seed: !!bool x\n", "config.yaml is not valid YAML"),
         (b"seed: !!int x\n", "config.yaml is not valid YAML"),

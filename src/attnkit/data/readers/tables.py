@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from attnkit.io import decode_utf8
+
 __all__ = ["SUPPORTED_TABLE_SUFFIXES", "read_column", "read_table"]
 
 SUPPORTED_TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".tsv", ".jsonl")
@@ -44,16 +46,8 @@ def _table_file(path: str | Path) -> tuple[Path, str]:
 def _open_text(path: Path, newline: str | None) -> io.StringIO:
     """The file's text (UTF-8; a leading byte order mark is dropped), read as ``open(path,
     newline=newline)`` would; bytes that are not UTF-8 are an error naming the line."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise ValueError(
-            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x} at byte offset {err.start}); "
-            f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
-        ) from None
-    return io.StringIO(text, newline=newline)
+    fix = f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
+    return io.StringIO(decode_utf8(path.read_bytes(), path, fix=fix), newline=newline)
 
 
 def _check_row(path: Path, line: int, text: Any, label: Any, text_column: str, label_column: str) -> None:
