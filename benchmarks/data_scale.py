@@ -262,7 +262,7 @@ def tokenize_rates(rounds: int, text: Path | None = None, text_mb: float = 30.0)
     earlier round. The order of the three is rotated every round."""
     from attnkit.data.encode import encode_batches, tokenize_workers
     from attnkit.data.generators.grammar import generate_grammar_corpus
-    from attnkit.data.lm import LanguageModelDataModule
+    from attnkit.data.lm.module import LanguageModelDataModule
     from attnkit.data.tokenizers import build_tokenizer
 
     if text is None:

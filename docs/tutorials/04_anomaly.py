@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 import attnkit
-from attnkit.data import AnomalyDataConfig, SetAnomalyDataModule
+from attnkit.data import AnomalyDataConfig
+from attnkit.data.anomaly.module import SetAnomalyDataModule
 from attnkit.viz import Figure, plot_run_attention, plot_set_probabilities
 
 # %% [markdown]

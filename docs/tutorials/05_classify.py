@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 import attnkit
-from attnkit.data import ClassifyDataConfig, TextClassificationDataModule
+from attnkit.data import ClassifyDataConfig
+from attnkit.data.classify.module import TextClassificationDataModule
 from attnkit.models import ClassifierConfig, SequenceClassifier
 from attnkit.viz import attention_examples, plot_run_attention
 

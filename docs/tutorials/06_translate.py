@@ -40,7 +40,9 @@ import torch
 import torch.nn.functional as F
 
 import attnkit
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule, collate_pairs
+from attnkit.data.collate import collate_pairs
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.module import PairsDataModule
 from attnkit.models import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.models.seq2seq import beam_search, greedy_decode
 from attnkit.nn import causal_mask

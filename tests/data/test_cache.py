@@ -13,7 +13,8 @@ import pytest
 
 from attnkit.data.cache import MANIFEST, TokenCache, cache_root
 from attnkit.data.encode import fast_encoder
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.module import LanguageModelDataModule
 from attnkit.data.readers.text_files import read_corpus
 from attnkit.data.tokenizers import build_tokenizer
 
@@ -206,7 +207,7 @@ def test_a_daemon_process_tokenizes_in_itself():
 def test_a_large_corpus_builds_its_vocabulary_on_a_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The word/BPE trainers read every k-th training document once the corpus is over
     data.tokenizer_sample_mb; below it (and with None) every training document."""
-    import attnkit.data.lm as lm_module
+    import attnkit.data.lm.module as lm_module
 
     seen: list[int] = []
 

@@ -18,9 +18,13 @@ from hypothesis import strategies as st
 
 import attnkit.data.cache as cache_module
 from attnkit.data.cache import MANIFEST, CacheWriter, TokenCache, open_or_build
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule
-from attnkit.data.text import ClassifyDataConfig, TextClassificationDataModule, generate_synthetic_corpus
+from attnkit.data.classify.config import ClassifyDataConfig
+from attnkit.data.classify.module import TextClassificationDataModule
+from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.module import LanguageModelDataModule
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.module import PairsDataModule
 
 LARGE = (70 << 20) + 12_346  # bytes of the large file: more than 64 MiB, not a multiple of a block
 _OLD_BLOCKS, _OLD_BLOCK = 64, 1 << 16  # format 1 hashed these 64 blocks of 64 KiB only

@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import load_item_features
+from attnkit.data.anomaly.module import SetAnomalyDataModule
 from attnkit.data.readers.cifar import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -21,7 +24,6 @@ from attnkit.data.readers.cifar import (
     preprocess_images,
     read_cifar100_split,
 )
-from attnkit.data.sets import AnomalyDataConfig, SetAnomalyDataModule, load_item_features
 
 NAMES = ["apple", "bed", "camel", "dolphin", "forest", "girl"]
 N_TRAIN, N_TEST = 20, 4  # per class

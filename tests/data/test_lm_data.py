@@ -9,12 +9,9 @@ import pytest
 import torch
 
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.lm import (
-    IGNORE_INDEX,
-    LanguageModelDataModule,
-    LMDataConfig,
-    pack_documents,
-)
+from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.module import LanguageModelDataModule
 from attnkit.data.readers.text_files import read_corpus, split_documents
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer
 

@@ -14,15 +14,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from attnkit.data.sets import (
-    AnomalyDataConfig,
-    EpochShuffleSampler,
-    SetAnomalyDataModule,
-    SetAnomalyDataset,
-    build_anomaly_sets,
-    load_item_features,
-    per_class_split,
-)
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import load_item_features, per_class_split
+from attnkit.data.anomaly.module import SetAnomalyDataModule
+from attnkit.data.anomaly.sets import EpochShuffleSampler, SetAnomalyDataset, build_anomaly_sets
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,17 @@ import pytest
 
 from attnkit.api import build_config, prepare
 from attnkit.data.cache import MANIFEST, CachedRows
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule, split_pairs
+from attnkit.data.classify.config import ClassifyDataConfig
+from attnkit.data.classify.dataset import encode_texts
+from attnkit.data.classify.module import TextClassificationDataModule
+from attnkit.data.classify.splits import load_splits
+from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.readers.pairs import read_pairs
 from attnkit.data.splits import group_split
-from attnkit.data.text import (
-    ClassifyDataConfig,
-    TextClassificationDataModule,
-    encode_texts,
-    generate_synthetic_corpus,
-    load_splits,
-)
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, build_tokenizer
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.dataset import split_pairs
+from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks import get_task
 
 SPLITS = ("train", "val", "test")

@@ -10,20 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.data.classify.config import ClassifyDataConfig
+from attnkit.data.classify.module import TextClassificationDataModule
+from attnkit.data.classify.splits import load_splits, load_table
+from attnkit.data.classify.text_splits import TextSplits
+from attnkit.data.collate import collate_text_batch
 from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.readers.imdb import load_imdb
 from attnkit.data.splits import stratified_split
-from attnkit.data.text import (
-    PAD,
-    UNK,
-    ClassifyDataConfig,
-    TextClassificationDataModule,
-    TextSplits,
-    collate_text_batch,
-    load_imdb,
-    load_splits,
-    load_table,
-)
-from attnkit.data.tokenizers import build_tokenizer, tokenizer_from_dict
+from attnkit.data.tokenizers import PAD, UNK, build_tokenizer, tokenizer_from_dict
 
 # ---------------------------------------------------------------------------------------- tokenizer
 
@@ -443,7 +438,7 @@ def test_given_label_names_remap_and_range_check(tmp_path: Path) -> None:
 
 
 def test_datamodule_rejects_out_of_range_labels(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnkit.data.text as T
+    import attnkit.data.classify.module as T
 
     bad = TextSplits(["a b", "c d"], [0, 2], [], [], ["e"], [-1], ["x", "y"])
     monkeypatch.setattr(T, "load_splits", lambda cfg: bad)

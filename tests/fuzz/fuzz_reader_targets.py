@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnkit.api import predict_file
-from attnkit.data.base import numbered_inputs
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import load_item_features, read_test_sets
+from attnkit.data.classify.splits import load_table
+from attnkit.data.readers.arrays import read_sets
+from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.readers.pairs import read_pair_rows
 from attnkit.data.readers.tables import read_column, read_table
 from attnkit.data.readers.text_files import iter_documents, read_corpus
-from attnkit.data.sets import AnomalyDataConfig, load_item_features, read_sets, read_test_sets
-from attnkit.data.text import load_table
 
 # ------------------------------------------------------------------------------------------ encodings
 ENCODING = st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-8-sig", "utf-16", "latin-1", "cp1252", "bad-tail"])

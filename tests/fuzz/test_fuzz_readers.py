@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from fuzz_core import Assets, Target, check_user_error, run_target, targets
 
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import load_item_features
+from attnkit.data.classify.splits import load_table
 from attnkit.data.readers.tables import read_column, read_table
-from attnkit.data.sets import AnomalyDataConfig, load_item_features
-from attnkit.data.text import load_table
 
 
 @pytest.mark.parametrize("target", targets("readers."), ids=lambda t: t.name)

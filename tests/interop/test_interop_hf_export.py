@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 import attnkit
 from attnkit.cli import main
-from attnkit.data.lm import tokenizer_of
+from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.data.tokenizers import build_tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import export_hf, hf_tokenizer, import_model, load_pretrained

@@ -17,9 +17,12 @@ import torch
 from cli_helpers import run_cli
 
 from attnkit.data.base import EvalBatches
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule
-from attnkit.data.synthetic import ReverseDataConfig, ReverseDataModule
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.module import LanguageModelDataModule
+from attnkit.data.reverse.config import ReverseDataConfig
+from attnkit.data.reverse.module import ReverseDataModule
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks.translate import corpus_scores
 from attnkit.training.distributed import gather_lists
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 import attnkit
 from attnkit.cli import main
-from attnkit.data.lm import LanguageModelDataModule, LMDataConfig
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.module import LanguageModelDataModule
 from attnkit.errors import CheckpointError
 from attnkit.tasks import load_run
 from attnkit.tasks.lm import LMConfig, generate_from_run, generate_text
@@ -69,7 +70,7 @@ def test_best_checkpoint_monitors_val_loss(lm_run: Path):
 def test_checkpoint_alone_generates_with_its_tokenizer(lm_run: Path):
     run = load_run(lm_run / "checkpoints" / "best.ckpt")
     assert run.hparams["artifacts"]["tokenizer"]["kind"] == "char"
-    from attnkit.data.lm import tokenizer_of
+    from attnkit.data.lm.blocks import tokenizer_of
 
     tokenizer = tokenizer_of(run.hparams["artifacts"])
     pieces: list[str] = []

@@ -15,11 +15,13 @@ import torch.nn.functional as F
 from cli_helpers import run_cli
 
 import attnkit
-from attnkit.data.lm import read_corpus
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule
-from attnkit.data.sets import AnomalyDataConfig, load_item_features
-from attnkit.data.text import load_table
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import load_item_features
+from attnkit.data.classify.splits import load_table
+from attnkit.data.readers.text_files import read_corpus
 from attnkit.data.tokenizers import BOS_ID, EOS_ID
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks import load_run
 from attnkit.tasks.lm import generate_text
 from attnkit.tasks.translate import translate_texts

@@ -1,49 +1,37 @@
-"""Tokenizers, datasets and data modules; real file formats, tested on small generated files."""
+"""Tokenizers, datasets and data modules; real file formats, tested on small generated files.
 
+One package per task (``anomaly``, ``classify``, ``lm``, ``reverse``, ``translate``): its ``config``
+module describes the task's ``data`` section without importing Lightning; its ``module`` holds the
+Lightning data module. Readers are in ``readers``, padding and collating in ``collate``.
+"""
+
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.classify.config import ClassifyDataConfig
+from attnkit.data.classify.splits import load_splits, load_table
+from attnkit.data.classify.text_splits import TextSplits
 from attnkit.data.generators.reverse import reverse_sequences
-from attnkit.data.sets import (
-    AnomalyDataConfig,
-    ItemFeatures,
-    SetAnomalyDataModule,
-    SetAnomalyDataset,
-    load_item_features,
-)
-from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule
-from attnkit.data.text import (
-    PAD,
-    UNK,
-    ClassifyDataConfig,
-    TextClassificationDataModule,
-    TextSplits,
-    collate_text_batch,
-    generate_synthetic_corpus,
-    load_imdb,
-    load_splits,
-    load_table,
-    read_table,
-    stratified_split,
-)
-from attnkit.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.readers.imdb import load_imdb
+from attnkit.data.readers.tables import read_table
+from attnkit.data.reverse.config import ReverseDataConfig
+from attnkit.data.splits import stratified_split
+from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.data.translate.config import PairsDataConfig
 
 __all__ = [
     "PAD",
     "UNK",
     "AnomalyDataConfig",
-    "BatchedTensorDataset",
     "ClassifyDataConfig",
-    "ItemFeatures",
+    "LMDataConfig",
+    "PairsDataConfig",
     "ReverseDataConfig",
-    "ReverseDataModule",
-    "SetAnomalyDataModule",
-    "SetAnomalyDataset",
-    "TextClassificationDataModule",
     "TextSplits",
     "Tokenizer",
     "build_tokenizer",
-    "collate_text_batch",
     "generate_synthetic_corpus",
     "load_imdb",
-    "load_item_features",
     "load_splits",
     "load_table",
     "read_table",

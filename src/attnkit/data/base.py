@@ -1,4 +1,4 @@
-"""What the data modules share, including how a multi-process (DDP) run shards its data.
+"""What the Lightning data modules share, including how a multi-process (DDP) run shards its data.
 
 attnkit's data modules shard their own data (the runner turns off Lightning's sampler injection):
 a training split is cut into one disjoint shard per process with the same number of batches on
@@ -9,48 +9,24 @@ split is dealt out as :class:`EvalBatches`, every example exactly once.
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
 import torch
-from pydantic import ConfigDict, field_validator
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
-from attnkit.config import StrictModel
 from attnkit.data.samplers import ShuffledOrder
 
 __all__ = [
-    "DataConfig",
     "EpochDistributedSampler",
     "EvalBatches",
     "SplitDataModule",
     "TestDataModule",
-    "chunks",
-    "numbered_inputs",
     "process_shard",
-    "read_lines",
 ]
-
-
-class DataConfig(StrictModel):
-    """The base of the ``data`` section of every task: pydantic in strict mode, unknown keys
-    rejected. Strict because a data value of the wrong type is almost always a mistake that lax
-    coercion would hide (``set_size: true`` would become 1, ``standardize: 1`` True): ``"1"`` is not
-    an int and ``1`` not a bool. Command-line overrides and YAML files arrive typed (``seq_len=8`` is
-    the int 8). Path fields (``source`` ...) also accept a ``pathlib.Path`` (stored as ``str``)."""
-
-    model_config = ConfigDict(strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _paths_as_strings(cls, value: Any) -> Any:
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def process_shard(datamodule: L.LightningDataModule) -> tuple[int, int]:
@@ -185,35 +161,3 @@ class TestDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=False, collate_fn=self.collate_fn)
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (``"-"``: standard input), without line ends; blank lines kept."""
-    if str(path) != "-" and not Path(path).is_file():
-        raise FileNotFoundError(f"input file {path} does not exist")
-    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    lines = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        try:
-            lines.append(raw.decode("utf-8").removeprefix("\ufeff") if number == 1 else raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})"
-            ) from None
-    return lines
-
-
-def numbered_inputs(path: str | Path) -> list[tuple[int, str]]:
-    """``(line number, line)`` of every non-blank line of a UTF-8 text file (``"-"``: standard input)."""
-    inputs = [(number, line) for number, line in enumerate(read_lines(path), start=1) if line.strip()]
-    if not inputs:
-        raise ValueError(f"{path}: no inputs (every line is blank)")
-    return inputs
-
-
-def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    """``items`` in consecutive slices of at most ``size``."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"batch size must be an int >= 1, got {size!r}")
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

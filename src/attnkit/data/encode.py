@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from attnkit.data.cache import token_dtype
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, WORD_PATTERN, Tokenizer, tokenizer_from_dict
+from attnkit.data.tokenizer_kinds import WORD_PATTERN
+from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, tokenizer_from_dict
 
 __all__ = ["BytePairs", "ChunkEncoder", "encode_batches", "fast_encoder", "fits", "tokenize_workers"]
 

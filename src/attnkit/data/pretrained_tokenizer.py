@@ -17,7 +17,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE, WordPiece
 
-from attnkit.data.tokenizers import KINDS, Tokenizer
+from attnkit.data.tokenizer_kinds import KINDS
+from attnkit.data.tokenizers import Tokenizer
 
 __all__ = ["tokenizer_from_folder"]
 

@@ -34,10 +34,30 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers, trainers
+
+from attnkit.data.tokenizer_kinds import (
+    BOS,
+    BOS_ID,
+    EOS,
+    EOS_ID,
+    KINDS,
+    PAD,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    TEXT_SPECIAL_TOKENS,
+    TOKENIZER_KINDS,
+    TRAINABLE_KINDS,
+    UNK,
+    UNK_ID,
+    WORD_PATTERN,
+    KindSpec,
+    TokenizerKind,
+    tokenizer_kind,
+)
 
 __all__ = [
     "BOS",
@@ -47,68 +67,32 @@ __all__ = [
     "PAD",
     "PAD_ID",
     "SPECIAL_TOKENS",
+    "TOKENIZER_KINDS",
     "UNK",
     "UNK_ID",
+    "WORD_PATTERN",
+    "KindSpec",
     "StreamDecoder",
     "Tokenizer",
     "TokenizerKind",
     "build_tokenizer",
     "tokenizer_from_dict",
+    "tokenizer_kind",
 ]
 
-PAD = "<pad>"
-UNK = "<unk>"
-BOS = "<bos>"
-EOS = "<eos>"
-# Fixed ids of the char/word/bpe tokenizers (generation and translation).
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)  # in id order
-# The classification ("text") layout.
-TEXT_SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK)
-
-TokenizerKind = Literal["char", "word", "bpe", "text"]
-KINDS: tuple[str, ...] = ("char", "word", "bpe", "text", "pretrained")
 FORMAT = "attnkit.tokenizer"
 VERSION = 2
 _ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 _GENERATION_SPECIALS = {"pad": PAD, "bos": BOS, "eos": EOS, "unk": UNK}
 _TEXT_SPECIALS = {"pad": PAD, "unk": UNK}
 
-# GPT-2's split: a word (with inner apostrophes) or one punctuation mark, each with at most one
-# leading space; whitespace runs otherwise (the last space of a run goes to the next word).
-WORD_PATTERN = r" ?\w+(?:'\w+)*| ?[^\w\s]|\s+(?!\S)|\s+"
-# Classification words: a word with inner apostrophes ("don't") or one punctuation mark.
-TEXT_PATTERN = r"\w+(?:'\w+)*|[^\w\s]"
 
-
-# ====================================================================== HF pipelines of each kind
 def _pipeline(kind: str, model: Any) -> HFTokenizer:
     """A ``tokenizers.Tokenizer`` of ``kind`` around ``model`` (normalizer, pre-tokenizer, decoder)."""
+    if kind not in TRAINABLE_KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(TRAINABLE_KINDS)}")
     hf = HFTokenizer(model)
-    if kind == "char":
-        hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-        hf.decoder = decoders.Fuse()
-    elif kind == "word":
-        hf.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
-        hf.decoder = decoders.Fuse()
-    elif kind == "text":
-        hf.normalizer = normalizers.Sequence(
-            [
-                normalizers.Replace(Regex(r"(?i)<br\s*/?>"), " "),  # IMDB reviews hold literal HTML breaks
-                normalizers.Replace("\u2019", "'"),
-                normalizers.Replace("\u2018", "'"),
-                normalizers.Replace("`", "'"),
-                normalizers.Lowercase(),
-            ]
-        )
-        hf.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(TEXT_PATTERN), behavior="isolated")]
-        )
-    elif kind == "bpe":
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        hf.decoder = decoders.ByteLevel()
-    else:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(KINDS[:4])}")
+    TOKENIZER_KINDS.get(kind).setup(hf)
     return hf
 
 
@@ -126,7 +110,7 @@ def _from_vocab(kind: str, vocab: Sequence[str], specials: Sequence[str]) -> Tok
     if kind == "char" and any(len(t) != 1 for t in vocab[len(specials) :]):
         raise ValueError("a 'char' vocabulary holds single characters after the special tokens")
     hf = _pipeline(kind, models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token=UNK))
-    roles = _TEXT_SPECIALS if kind == "text" else _GENERATION_SPECIALS
+    roles = _GENERATION_SPECIALS if TOKENIZER_KINDS.get(kind).generation else _TEXT_SPECIALS
     return Tokenizer(hf, kind, roles)
 
 
@@ -333,7 +317,7 @@ class StreamDecoder:
         self.skip_special = skip_special
         self.ids: list[int] = []
         self._emitted = 0
-        self._whole = tokenizer.kind in ("char", "word")  # one token is always whole text
+        self._whole = TOKENIZER_KINDS.get(tokenizer.kind).whole_tokens  # one token is always whole text
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))
@@ -369,10 +353,11 @@ def build_tokenizer(
     their text, so the result does not depend on the texts' order. ``texts`` may be any iterable
     (a generator streaming a large corpus): it is read once.
     """
-    if kind not in KINDS[:4]:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(KINDS[:4])}")
-    specials = TEXT_SPECIAL_TOKENS if kind == "text" else SPECIAL_TOKENS
-    minimum = len(SPECIAL_TOKENS) + 256 if kind == "bpe" else len(specials) + 1
+    if kind not in TRAINABLE_KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(TRAINABLE_KINDS)}")
+    spec = TOKENIZER_KINDS.get(kind)
+    specials = spec.specials
+    minimum = spec.min_vocab or len(specials) + 1
     if kind == "bpe" and vocab_size is None:
         vocab_size = 1000
     bad_size = isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum

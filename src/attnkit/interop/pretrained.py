@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.data.collate import pad_sequences
 from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.data.text import pad_sequences
 from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names

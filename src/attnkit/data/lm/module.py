@@ -22,180 +22,27 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import torch
-from pydantic import Field, model_validator
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from attnkit.data.base import DataConfig, SplitDataModule
-from attnkit.data.cache import (
-    CachedTexts,
-    CacheWriter,
-    TokenCache,
-    cache_root,
-    content_digest,
-    entry_key,
-    open_or_build,
-    reuse_entry,
-    token_dtype,
-)
+from attnkit.data.cache import CachedTexts, CacheWriter, content_digest, token_dtype
+from attnkit.data.cached import CachedTokenDataModule
+from attnkit.data.collate import identity_collate
 from attnkit.data.encode import encode_batches, tokenize_workers
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.readers.text_files import corpus_files, iter_documents, read_corpus, split_documents
+from attnkit.data.lm.blocks import PackedBlocks, tokenizer_of
+from attnkit.data.lm.config import BUILTIN, LMDataConfig
+from attnkit.data.readers.text_files import corpus_files, iter_documents
 from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
-from attnkit.data.synthetic import identity_collate
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.data.tokenizers import UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
-__all__ = [
-    "IGNORE_INDEX",
-    "LMDataConfig",
-    "LanguageModelDataModule",
-    "generate_grammar_corpus",
-    "pack_documents",
-    "read_corpus",
-    "split_documents",
-]
-
-IGNORE_INDEX = -100  # targets the loss skips (F.cross_entropy's default ignore_index)
-BUILTIN = "grammar"
+__all__ = ["LanguageModelDataModule"]
 
 
-# ====================================================================== config
-class LMDataConfig(DataConfig):
-    """Where the text comes from, how it is cut into documents and tokenized.
-
-    Attributes:
-        source: ``"grammar"`` (the built-in generated corpus, :func:`generate_grammar_corpus`), the
-            path of a plain UTF-8 text file, a folder (every ``*.txt`` file in it, recursively) or a
-            glob of text files (``"corpus/*.txt"``); files are read in sorted path order.
-        split_on: ``"blank_line"`` (default: a document is a paragraph; blank or whitespace-only
-            lines separate documents) or ``"line"`` (every non-blank line is a document).
-        tokenizer: ``"char"`` (default), ``"word"`` or ``"bpe"`` (see :mod:`attnkit.data.tokenizers`).
-        vocab_size: vocabulary cap, specials included (``None``: every char/word seen ``min_freq``
-            times; 1000 for BPE).
-        min_freq: chars/words (BPE: pairs to merge) seen fewer times in the training documents are
-            left out (unknown ones encode to ``<unk>``).
-        val_fraction, test_fraction: shares of the documents held out (at least one each).
-        seed: seeds the split (and the built-in corpus).
-        builtin_documents: documents in the built-in corpus.
-        cache_dir: where the tokenized corpus is cached (default ``$ATTNKIT_CACHE`` or
-            ``~/.cache/attnkit``; see :mod:`attnkit.data.cache`).
-        tokenizer_sample_mb: ``word`` and ``bpe`` learn their vocabulary from at most about this many
-            MB of the training documents: every ``k``-th one when the corpus is larger (``None``: all of
-            them). Hugging Face's trainers hold every distinct piece of what they read and its pairs,
-            which grows with the corpus (about 0.6 GB for 270 MB of real text); words only outside the
-            sample encode to ``<unk>`` (BPE falls back to smaller pieces).
-        tokenize_workers: processes that tokenize the corpus when its cache is built (``None``: one
-            per CPU core for a ``word`` or ``bpe`` corpus of 8 MB or more, else this process; see
-            :func:`attnkit.data.encode.tokenize_workers`). The cache is the same for any number.
-    """
-
-    source: str = Field(
-        BUILTIN, min_length=1, description="'grammar', a UTF-8 text file, a folder of *.txt files or a glob"
-    )
-    split_on: Literal["blank_line", "line"] = "blank_line"
-    tokenizer: Literal["char", "word", "bpe"] = "char"
-    vocab_size: int | None = Field(None, ge=5, description="vocabulary cap, specials included (>= 260 for bpe)")
-    min_freq: int = Field(1, ge=1)
-    val_fraction: float = Field(0.05, gt=0.0, lt=1.0)
-    test_fraction: float = Field(0.05, gt=0.0, lt=1.0)
-    seed: int = 42
-    builtin_documents: int = Field(6000, ge=3)
-    cache_dir: str | None = Field(None, description="token cache folder (default $ATTNKIT_CACHE or ~/.cache/attnkit)")
-    tokenize_workers: int | None = Field(
-        None, ge=1, description="processes that tokenize when the cache is built (default: one per core, large corpora)"
-    )
-    tokenizer_sample_mb: float | None = Field(
-        64.0, gt=0, description="word/bpe: learn the vocabulary from at most this many MB of training text (None: all)"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> LMDataConfig:
-        if not self.source.strip():
-            raise ValueError(f"data.source must be {BUILTIN!r} or the path of a UTF-8 text file, a folder or a glob")
-        if self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError(
-                f"val_fraction + test_fraction must be below 1, got {self.val_fraction} + {self.test_fraction}"
-            )
-        if self.tokenizer == "bpe" and self.vocab_size is not None and self.vocab_size < 260:
-            raise ValueError(
-                f"a bpe vocabulary needs vocab_size >= 260 (4 specials + 256 bytes), got {self.vocab_size}"
-            )
-        return self
-
-
-# ====================================================================== packing
-def pack_documents(docs: list[list[int]], block: int) -> tuple[Tensor, Tensor]:
-    """Encoded documents -> ``(inputs [N, block], targets [N, block])`` int64 (see the module docstring).
-
-    Each document becomes ``<bos> ids <eos>``; the stream is cut into ``N = ceil((len - 1) / block)``
-    blocks; the last one is padded with ``<pad>`` inputs and ``IGNORE_INDEX`` targets, and
-    ``<bos>`` targets are ``IGNORE_INDEX`` too.
-    """
-    if block < 1:
-        raise ValueError(f"block must be >= 1, got {block}")
-    stream = torch.tensor([t for ids in docs for t in (BOS_ID, *ids, EOS_ID)], dtype=torch.long)
-    if stream.numel() < 2:
-        return torch.empty(0, block, dtype=torch.long), torch.empty(0, block, dtype=torch.long)
-    n = math.ceil((stream.numel() - 1) / block)
-    inputs = torch.full((n * block,), PAD_ID, dtype=torch.long)
-    targets = torch.full((n * block,), IGNORE_INDEX, dtype=torch.long)
-    inputs[: stream.numel() - 1] = stream[:-1]
-    targets[: stream.numel() - 1] = stream[1:]
-    targets[targets == BOS_ID] = IGNORE_INDEX
-    return inputs.view(n, block), targets.view(n, block)
-
-
-# ====================================================================== blocks read from the token cache
-class PackedBlocks(Dataset):
-    """Blocks of a split's token stream, read from its memory-mapped cache file.
-
-    Block ``i`` is ``(inputs, targets)`` as :func:`pack_documents` makes them (the stream already
-    holds ``<bos> ids <eos>`` per document): only the ``block + 1`` tokens of the block are read. A
-    batch is gathered with one indexing of the memory map (``__getitems__``). The memory map is
-    opened lazily in each process (DataLoader workers open their own).
-    """
-
-    def __init__(self, path: Path, dtype: np.dtype, block: int) -> None:
-        self.path, self.dtype, self.block = path, np.dtype(dtype), block
-        self.size = path.stat().st_size // self.dtype.itemsize
-        self._tokens: np.ndarray | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tokens": None}
-
-    @property
-    def tokens(self) -> np.ndarray:
-        if self._tokens is None:
-            self._tokens = np.memmap(self.path, dtype=self.dtype, mode="r") if self.size else np.zeros(0, self.dtype)
-        return self._tokens
-
-    def __len__(self) -> int:
-        return math.ceil((self.size - 1) / self.block) if self.size >= 2 else 0
-
-    def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor]:
-        index = np.asarray(indices, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= len(self)):
-            raise IndexError(f"block index out of range [0, {len(self)})")
-        positions = index[:, None] * self.block + np.arange(self.block + 1)
-        valid = positions < self.size
-        window = torch.from_numpy(self.tokens[np.minimum(positions, self.size - 1)].astype(np.int64))
-        valid_t = torch.from_numpy(valid)
-        inputs = window[:, :-1].masked_fill(~valid_t[:, 1:], PAD_ID)
-        targets = window[:, 1:].masked_fill(~valid_t[:, 1:], IGNORE_INDEX)
-        return inputs, targets.masked_fill(targets == BOS_ID, IGNORE_INDEX)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        inputs, targets = self.__getitems__([index])
-        return inputs[0], targets[0]
-
-
-# ====================================================================== data module
-class LanguageModelDataModule(SplitDataModule):
+class LanguageModelDataModule(CachedTokenDataModule):
     """Train/val/test blocks of ``block`` tokens (the model's context ``max_len``), read from the
     token cache (:mod:`attnkit.data.cache`).
 
@@ -235,8 +82,6 @@ class LanguageModelDataModule(SplitDataModule):
             raise ValueError("test_only=True needs the run's tokenizer (tokenizer=...)")
         self.test_only = test_only
         self._tokenizer = tokenizer
-        self.cache: TokenCache | None = None
-        self._folder: Path | None = None
         self.documents: dict[str, CachedTexts] = {}
         self.datasets: dict[str, PackedBlocks] = {}
 
@@ -258,44 +103,31 @@ class LanguageModelDataModule(SplitDataModule):
         cfg = cfg.model_copy(update={"source": str(path)})
         return cls(cfg, block=block, batch_size=batch_size, tokenizer=tokenizer_of(artifacts), test_only=True)
 
-    # -------------------------------------------------------------- the cache
+    # -------------------------------------------------------------- the token cache
+    cache_task = "lm"
     BATCH_CHARS = 1 << 21  # documents are tokenized in batches of about this many characters
 
-    def cache_folder(self) -> Path:
-        """Where this data's cache entry is (see :mod:`attnkit.data.cache` for the key). Computed
-        once: ``setup`` then takes the tokenizer from the entry, which must not move the key (a
-        second ``prepare_data``, as ``Trainer.fit`` calls it after ``setup``, would build the same
-        data again under a new key). Given a tokenizer (a trained run's), the entry of the run that
-        built it from these options is used when it holds that tokenizer
-        (:func:`attnkit.data.cache.reuse_entry`)."""
-        if self._folder is None:
-            given = self._tokenizer
-            self._folder = self._key_folder(given)
-            if given is not None and not self.test_only:
-                self._folder = reuse_entry(self._folder, self._key_folder(None), {"tokenizer": given.to_dict()})
-        return self._folder
-
-    def _key_folder(self, tokenizer: Tokenizer | None) -> Path:
+    def _cache_sources(self, root: Path) -> Any:
         c = self.cfg
-        root = cache_root(c.cache_dir)
         if c.source == BUILTIN:
-            sources: Any = {"builtin": BUILTIN, "documents": c.builtin_documents}
-        else:
-            sources = [content_digest(p, root) for p in corpus_files(c.source)]
-        config = c.model_dump(exclude={"source", "cache_dir", "tokenize_workers"})
-        if tokenizer is not None:
-            config["tokenizer"] = hashlib.blake2b(tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
+            return {"builtin": BUILTIN, "documents": c.builtin_documents}
+        return [content_digest(p, root) for p in corpus_files(c.source)]
+
+    def _cache_config(self, given: bool) -> dict[str, Any]:
+        config = self.cfg.model_dump(exclude={"source", "cache_dir", "tokenize_workers"})
+        if given and self._tokenizer is not None:
+            config["tokenizer"] = hashlib.blake2b(self._tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
             config.pop("vocab_size"), config.pop("min_freq")
         if self.test_only:
             config["test_only"] = True
-        return root / "lm" / entry_key({"sources": sources, "config": config, "format": 1})
+        return config
 
-    def prepare_data(self) -> None:
-        """Build the token cache unless it exists (nothing is downloaded); once opened (and checked),
-        it is not opened again."""
-        folder = self.cache_folder()
-        if self.cache is None or self.cache.folder != folder:
-            self.cache = open_or_build(folder, self._build_cache)
+    def _given_meta(self) -> dict[str, Any] | None:
+        """A given tokenizer (a trained run's): the entry of the run that built it from these
+        options is used when it holds that tokenizer."""
+        if self._tokenizer is None or self.test_only:
+            return None
+        return {"tokenizer": self._tokenizer.to_dict()}
 
     def _documents(self) -> Iterator[str]:
         c = self.cfg
@@ -378,11 +210,7 @@ class LanguageModelDataModule(SplitDataModule):
         if size:
             yield batch
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
-            return
-        if self.cache is None:
-            self.prepare_data()
+    def _open_cache(self) -> None:
         assert self.cache is not None
         if self._tokenizer is None:
             self._tokenizer = tokenizer_from_dict(self.cache.meta["tokenizer"])
@@ -451,11 +279,3 @@ def _joined(texts: Iterator[str], size: int) -> Iterator[str]:
             batch, n = [], 0
     if batch:
         yield "".join(batch)
-
-
-def tokenizer_of(artifacts: dict[str, Any]) -> Tokenizer:
-    """The tokenizer stored in a checkpoint's artifacts."""
-    if not isinstance(artifacts, dict) or "tokenizer" not in artifacts:
-        keys = sorted(artifacts) if isinstance(artifacts, dict) else type(artifacts).__name__
-        raise ValueError(f"language-model artifacts must hold 'tokenizer'; found {keys}")
-    return tokenizer_from_dict(artifacts["tokenizer"])
