@@ -81,10 +81,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 try:
-    from attnkit.nn import EncoderBlock
+    from attnkit.nn import BlockSpec, EncoderBlock
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from attnkit.nn import EncoderBlock
+    from attnkit.nn import BlockSpec, EncoderBlock
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class Blocks:
 def build_blocks(cfg: Config) -> Blocks:
     """Three blocks with the same weights (the tutorial's QKV layout is per head: [H, 3, hd])."""
     d, h, hd = cfg.d_model, cfg.heads, cfg.d_model // cfg.heads
-    a = EncoderBlock(d, h, cfg.ff, dropout=0.0)
+    a = EncoderBlock(BlockSpec(d, h, cfg.ff, dropout=0.0))
     b = TutorialEncoderBlock(d, h, cfg.ff, dropout=0.0)
     c = nn.TransformerEncoderLayer(d, h, cfg.ff, dropout=0.0, batch_first=True)
     with torch.no_grad():

@@ -62,8 +62,8 @@ def test_decoder_config_errors(kw: dict, match: str) -> None:
 
 
 def test_rope_scaling_reference_length() -> None:
-    assert RopeScaling(type="dynamic", factor=2.0).rotary_kwargs(64)["original_max_position_embeddings"] == 64
-    assert RopeScaling(type="llama3", factor=8.0).rotary_kwargs(64)["original_max_position_embeddings"] == 8192
+    assert RopeScaling(type="dynamic", factor=2.0).as_mapping(64)["original_max_position_embeddings"] == 64
+    assert RopeScaling(type="llama3", factor=8.0).as_mapping(64)["original_max_position_embeddings"] == 8192
     with pytest.raises(ValueError, match="high_freq_factor > low_freq_factor"):
         RopeScaling(type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=1.0)
 

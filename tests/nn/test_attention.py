@@ -11,6 +11,7 @@ from torch import Tensor
 from attnkit.nn import (
     KVCache,
     MultiHeadAttention,
+    StackSpec,
     TransformerDecoder,
     TransformerEncoder,
     padding_mask,
@@ -489,7 +490,7 @@ def test_cached_self_attention_supports_backward() -> None:
 
 
 def test_decoder_cache_reorder_matches_decoding_the_selected_rows() -> None:
-    dec = TransformerDecoder(2, 8, 2, 16, 0.0, norm_first=True).eval()
+    dec = TransformerDecoder(StackSpec(8, 2, 16, 0.0, norm_first=True, num_layers=2)).eval()
     x, memory = torch.randn(3, 5, 8), torch.randn(3, 4, 8)
     index = torch.tensor([2, 0, 2, 1])  # beams: rows may be dropped and duplicated
     with torch.no_grad():
@@ -506,7 +507,7 @@ def test_decoder_cache_reorder_matches_decoding_the_selected_rows() -> None:
 
 
 def test_encoder_attention_maps() -> None:
-    enc = TransformerEncoder(2, 8, 2, 16, dropout=0.1).eval()
+    enc = TransformerEncoder(StackSpec(8, 2, 16, dropout=0.1, num_layers=2)).eval()
     x = torch.randn(2, 5, 8)
     kpm = padding_mask(torch.tensor([5, 3]))
     with torch.no_grad():
@@ -524,7 +525,7 @@ def test_encoder_attention_maps() -> None:
 
 
 def test_decoder_attention_maps() -> None:
-    dec = TransformerDecoder(2, 8, 2, 16, dropout=0.0).eval()
+    dec = TransformerDecoder(StackSpec(8, 2, 16, dropout=0.0, num_layers=2)).eval()
     x, memory = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
     mem_kpm = padding_mask(torch.tensor([6, 2]))
     with torch.no_grad():
@@ -542,5 +543,5 @@ def test_decoder_attention_maps() -> None:
         assert w.shape == (2, 2, 4, 6)
         assert torch.equal(w, w2)
         assert (w[1, :, :, 2:] == 0).all()
-    gpt = TransformerDecoder(1, 8, 2, 16, cross_attention=False).eval()
+    gpt = TransformerDecoder(StackSpec(8, 2, 16, cross_attention=False, num_layers=1)).eval()
     assert gpt.get_attention_maps(x)["cross"] == []

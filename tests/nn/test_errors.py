@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attnkit.nn import (
+    BlockSpec,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
@@ -13,6 +14,7 @@ from attnkit.nn import (
     LearnedPositionalEncoding,
     MultiHeadAttention,
     RotaryEmbedding,
+    StackSpec,
     TransformerDecoder,
     TransformerEncoder,
     scaled_dot_product_attention,
@@ -28,7 +30,7 @@ def test_heads_must_divide_embed_dim() -> None:
     with pytest.raises(ValueError, match=r"num_heads \(3\) must divide embed_dim \(10\).*\[1, 2, 5, 10\]"):
         MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match=r"num_heads \(3\) must divide embed_dim \(8\)"):
-        TransformerEncoder(1, 8, 3)
+        TransformerEncoder(StackSpec(8, 3, num_layers=1))
     # an explicit head_dim lifts the restriction
     assert MultiHeadAttention(10, 3, head_dim=4)(torch.randn(1, 2, 10))[0].shape == (1, 2, 10)
 
@@ -37,7 +39,7 @@ def test_non_positive_sizes() -> None:
     with pytest.raises(ValueError, match=r"embed_dim and num_heads must be positive, got 0 and 2"):
         MultiHeadAttention(0, 2)
     with pytest.raises(ValueError, match=r"num_layers must be at least 1, got 0"):
-        TransformerDecoder(0, 8, 2)
+        TransformerDecoder(StackSpec(8, 2, num_layers=0))
 
 
 def test_bad_dropout() -> None:
@@ -49,14 +51,14 @@ def test_x_with_wrong_feature_size(mha: MultiHeadAttention) -> None:
     with pytest.raises(ValueError, match=r"x has 7 features \(shape \(2, 5, 7\)\), expected 8"):
         mha(torch.randn(2, 5, 7))
     with pytest.raises(ValueError, match=r"x has 9 features \(shape \(2, 3, 9\)\), expected 8"):
-        TransformerEncoder(1, 8, 2)(torch.randn(2, 3, 9))
+        TransformerEncoder(StackSpec(8, 2, num_layers=1))(torch.randn(2, 3, 9))
 
 
 def test_two_dimensional_x(mha: MultiHeadAttention) -> None:
     with pytest.raises(ValueError, match=r"x must be \[batch, seq, features\], got shape \(5, 8\)"):
         mha(torch.randn(5, 8))
     with pytest.raises(ValueError, match=r"x must be \[batch, seq, features\], got shape \(5, 8\)"):
-        EncoderBlock(8, 2)(torch.randn(5, 8))
+        EncoderBlock(BlockSpec(8, 2))(torch.randn(5, 8))
 
 
 def test_memory_batch_mismatch(mha: MultiHeadAttention) -> None:
@@ -64,7 +66,7 @@ def test_memory_batch_mismatch(mha: MultiHeadAttention) -> None:
     with pytest.raises(ValueError, match=expected):
         mha(torch.randn(2, 5, 8), torch.randn(3, 4, 8))
     with pytest.raises(ValueError, match=r"memory has batch size 1 .* but x has 2"):
-        TransformerDecoder(1, 8, 2)(torch.randn(2, 3, 8), torch.randn(1, 4, 8))
+        TransformerDecoder(StackSpec(8, 2, num_layers=1))(torch.randn(2, 3, 8), torch.randn(1, 4, 8))
 
 
 def test_memory_with_wrong_feature_size(mha: MultiHeadAttention) -> None:
@@ -88,7 +90,7 @@ def test_key_padding_mask_of_wrong_shape(mha: MultiHeadAttention) -> None:
     with pytest.raises(ValueError, match=r"key_padding_mask has shape \(3, 5\); expected \[B, Tk\]=\[2, 5\]"):
         mha(torch.randn(2, 5, 8), key_padding_mask=torch.ones(3, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"key_padding_mask has shape \(2, 3\); expected \[B, Tk\]=\[2, 4\]"):
-        TransformerDecoder(1, 8, 2)(
+        TransformerDecoder(StackSpec(8, 2, num_layers=1))(
             torch.randn(2, 3, 8), torch.randn(2, 4, 8), memory_key_padding_mask=torch.ones(2, 3, dtype=torch.bool)
         )
 
@@ -120,7 +122,7 @@ def test_unknown_activation() -> None:
     with pytest.raises(ValueError, match=r"unknown activation 'tanh'.*\['relu', 'gelu', 'gelu_tanh', 'swiglu'\]"):
         FeedForward(8, 16, activation="tanh")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unknown activation 'silu'"):
-        EncoderBlock(8, 2, activation="silu")  # type: ignore[arg-type]
+        EncoderBlock(BlockSpec(8, 2, activation="silu"))
 
 
 def test_learned_positional_encoding_too_long() -> None:
@@ -140,22 +142,24 @@ def test_rotary_dim_must_match_head_dim() -> None:
     with pytest.raises(ValueError, match=r"rotary embedding has dim 8; it must equal head_dim \(4\)"):
         MultiHeadAttention(8, 2, rotary=RotaryEmbedding(8))
     with pytest.raises(ValueError, match=r"even head dimension, got 3"):
-        TransformerEncoder(1, 6, 2, rotary=True)
+        TransformerEncoder(StackSpec(6, 2, positional="rotary", num_layers=1))
 
 
 def test_decoder_memory_misuse() -> None:
     with pytest.raises(ValueError, match=r"has cross-attention: pass the encoder output as memory"):
-        TransformerDecoder(1, 8, 2)(torch.randn(1, 3, 8))
+        TransformerDecoder(StackSpec(8, 2, num_layers=1))(torch.randn(1, 3, 8))
     with pytest.raises(ValueError, match=r"cross_attention=False; do not pass memory"):
-        DecoderBlock(8, 2, cross_attention=False)(torch.randn(1, 3, 8), torch.randn(1, 3, 8))
+        DecoderBlock(BlockSpec(8, 2, cross_attention=False))(torch.randn(1, 3, 8), torch.randn(1, 3, 8))
     with pytest.raises(ValueError, match=r"static \(cross-attention\) KVCache needs `memory`"):
         MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), cache=KVCache(static=True))
 
 
 def test_decoder_cache_from_another_decoder() -> None:
     with pytest.raises(ValueError, match=r"cache has 2 layers, the decoder 1: use decoder.new_cache\(\)"):
-        TransformerDecoder(1, 8, 2)(
-            torch.randn(1, 3, 8), torch.randn(1, 3, 8), cache=TransformerDecoder(2, 8, 2).new_cache()
+        TransformerDecoder(StackSpec(8, 2, num_layers=1))(
+            torch.randn(1, 3, 8),
+            torch.randn(1, 3, 8),
+            cache=TransformerDecoder(StackSpec(8, 2, num_layers=2)).new_cache(),
         )
 
 
@@ -170,9 +174,9 @@ def test_decoder_cache_from_another_decoder() -> None:
     ],
 )
 def test_decoder_mask_errors_name_the_decoder_argument(kwargs, name):
-    from attnkit.nn import TransformerDecoder
+    from attnkit.nn import StackSpec, TransformerDecoder
 
-    dec = TransformerDecoder(1, 8, 2, 16, 0.0)
+    dec = TransformerDecoder(StackSpec(8, 2, 16, 0.0, num_layers=1))
     x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
     with pytest.raises((ValueError, TypeError), match=rf"^{name} "):
         dec(x, memory, **kwargs)

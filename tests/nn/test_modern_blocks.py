@@ -21,6 +21,7 @@ from attnkit.nn import (
     MultiHeadAttention,
     RMSNorm,
     RotaryEmbedding,
+    StackSpec,
     TransformerDecoder,
     TransformerEncoder,
     alibi_slopes,
@@ -116,7 +117,9 @@ def test_gqa_matches_explicit_reference_and_paths_agree(num_kv_heads: int) -> No
 
 
 def test_gqa_cache_stores_only_kv_heads_and_matches_uncached() -> None:
-    dec = TransformerDecoder(2, D, H, 32, 0.0, cross_attention=False, norm_first=True, num_kv_heads=2).eval()
+    dec = TransformerDecoder(
+        StackSpec(D, H, 32, 0.0, cross_attention=False, norm_first=True, num_kv_heads=2, num_layers=2)
+    ).eval()
     x = torch.randn(2, 6, D)
     full = dec(x)
     cache = dec.new_cache()
@@ -227,7 +230,9 @@ def test_alibi_slopes_paper_values() -> None:
 
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_alibi_attention_matches_explicit_reference(need_weights: bool) -> None:
-    dec = TransformerDecoder(1, D, H, 32, 0.0, cross_attention=False, norm_first=True, alibi=True).eval()
+    dec = TransformerDecoder(
+        StackSpec(D, H, 32, 0.0, cross_attention=False, norm_first=True, positional="alibi", num_layers=1)
+    ).eval()
     mha = dec.layers[0].self_attn
     x = torch.randn(2, 6, D)
     kpm = torch.tensor([[True] * 6, [False, False, True, True, True, True]])
@@ -266,7 +271,7 @@ def test_band_mask_sliding_window() -> None:
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_sliding_window_matches_explicit_reference_and_cache(need_weights: bool) -> None:
     dec = TransformerDecoder(
-        1, D, H, 32, 0.0, cross_attention=False, norm_first=True, sliding_window=3, num_kv_heads=2
+        StackSpec(D, H, 32, 0.0, cross_attention=False, norm_first=True, sliding_window=3, num_kv_heads=2, num_layers=1)
     ).eval()
     mha = dec.layers[0].self_attn
     x = torch.randn(2, 8, D)
@@ -291,16 +296,18 @@ def test_sliding_window_matches_explicit_reference_and_cache(need_weights: bool)
 # --------------------------------------------------------------------------- the mask, once per stack
 
 
-@pytest.mark.parametrize("options", [dict(), dict(rotary=True), dict(alibi=True), dict(sliding_window=2)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(positional="rotary"), dict(positional="alibi"), dict(sliding_window=2)]
+)
 def test_stack_prepared_mask_equals_per_layer_masks(options: dict) -> None:
     """The stack prepares the mask once; each layer given the raw masks computes the same."""
-    enc = TransformerEncoder(2, D, H, 32, 0.0, norm_first=True, **options).eval()
+    enc = TransformerEncoder(StackSpec(D, H, 32, 0.0, norm_first=True, **options, num_layers=2)).eval()
     x = torch.randn(2, 5, D)
     kpm = torch.tensor([[True] * 5, [True, True, True, False, False]])
     out, maps = enc.forward_with_attention(x, key_padding_mask=kpm, is_causal=True)
     fused = enc(x, key_padding_mask=kpm, is_causal=True)
     torch.testing.assert_close(fused, out, atol=1e-5, rtol=0)
-    if not options.get("alibi") and not options.get("sliding_window"):
+    if options.get("positional") != "alibi" and not options.get("sliding_window"):
         h = x
         for layer in enc.layers:
             h, _ = layer(h, key_padding_mask=kpm, is_causal=True)

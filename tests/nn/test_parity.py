@@ -12,9 +12,11 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.nn import (
+    BlockSpec,
     DecoderBlock,
     EncoderBlock,
     MultiHeadAttention,
+    StackSpec,
     TransformerDecoder,
     TransformerEncoder,
     causal_mask,
@@ -226,7 +228,7 @@ def test_mha_kdim_vdim_parity() -> None:
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
 @pytest.mark.parametrize("masks", ["padding", "causal", "padding+causal"])
 def test_encoder_layer_parity(train: bool, norm_first: bool, masks: str) -> None:
-    ours = randomize_(EncoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first))
+    ours = randomize_(EncoderBlock(BlockSpec(D, H, FF, dropout=0.0, norm_first=norm_first)))
     ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
     copy_encoder_block(ours, ref)
     set_mode(train, ours, ref)
@@ -256,7 +258,7 @@ def test_encoder_layer_parity(train: bool, norm_first: bool, masks: str) -> None
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
 def test_decoder_layer_parity(train: bool, norm_first: bool) -> None:
-    ours = randomize_(DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first))
+    ours = randomize_(DecoderBlock(BlockSpec(D, H, FF, dropout=0.0, norm_first=norm_first)))
     ref = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
     copy_decoder_block(ours, ref)
     set_mode(train, ours, ref)
@@ -305,8 +307,8 @@ def test_decoder_layer_parity(train: bool, norm_first: bool) -> None:
 def test_full_transformer_parity(train: bool, norm_first: bool) -> None:
     # nn.Transformer always ends its encoder and its decoder with a LayerNorm, even post-norm,
     # so the attnkit stacks are built with final_norm=True.
-    enc = randomize_(TransformerEncoder(2, D, H, FF, 0.0, norm_first=norm_first, final_norm=True))
-    dec = randomize_(TransformerDecoder(2, D, H, FF, 0.0, norm_first=norm_first, final_norm=True))
+    enc = randomize_(TransformerEncoder(StackSpec(D, H, FF, 0.0, norm_first=norm_first, final_norm=True, num_layers=2)))
+    dec = randomize_(TransformerDecoder(StackSpec(D, H, FF, 0.0, norm_first=norm_first, final_norm=True, num_layers=2)))
     ref = nn.Transformer(
         D, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=FF, dropout=0.0,
         batch_first=True, norm_first=norm_first,
@@ -350,8 +352,8 @@ def test_full_transformer_parity(train: bool, norm_first: bool) -> None:
 def test_block_variants_parity(norm_first: bool, activation: str, bias: bool) -> None:
     """GELU activation and bias-free blocks (linears and LayerNorms) match torch's too."""
     kw = dict(dropout=0.0, activation=activation, norm_first=norm_first, bias=bias)
-    enc = randomize_(EncoderBlock(D, H, FF, **kw))
-    dec = randomize_(DecoderBlock(D, H, FF, **kw))
+    enc = randomize_(EncoderBlock(BlockSpec(D, H, FF, **kw)))
+    dec = randomize_(DecoderBlock(BlockSpec(D, H, FF, **kw)))
     ref_enc = nn.TransformerEncoderLayer(D, H, FF, batch_first=True, **kw)
     ref_dec = nn.TransformerDecoderLayer(D, H, FF, batch_first=True, **kw)
     copy_encoder_block(enc, ref_enc)
@@ -381,9 +383,9 @@ def test_mha_without_bias_cross_attention_parity() -> None:
 
 def test_final_norm_defaults() -> None:
     """Pre-norm stacks end with a LayerNorm by default, post-norm stacks do not; final_norm overrides."""
-    assert TransformerEncoder(1, D, H, FF, norm_first=True).norm is not None
-    assert TransformerEncoder(1, D, H, FF, norm_first=False).norm is None
-    assert TransformerDecoder(1, D, H, FF, norm_first=True).norm is not None
-    assert TransformerDecoder(1, D, H, FF, norm_first=False).norm is None
-    assert TransformerEncoder(1, D, H, FF, norm_first=False, final_norm=True).norm is not None
-    assert TransformerDecoder(1, D, H, FF, norm_first=True, final_norm=False).norm is None
+    assert TransformerEncoder(StackSpec(D, H, FF, norm_first=True, num_layers=1)).norm is not None
+    assert TransformerEncoder(StackSpec(D, H, FF, norm_first=False, num_layers=1)).norm is None
+    assert TransformerDecoder(StackSpec(D, H, FF, norm_first=True, num_layers=1)).norm is not None
+    assert TransformerDecoder(StackSpec(D, H, FF, norm_first=False, num_layers=1)).norm is None
+    assert TransformerEncoder(StackSpec(D, H, FF, norm_first=False, final_norm=True, num_layers=1)).norm is not None
+    assert TransformerDecoder(StackSpec(D, H, FF, norm_first=True, final_norm=False, num_layers=1)).norm is None

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from attnkit.nn import TransformerDecoder, TransformerEncoder, padding_mask
+from attnkit.nn import StackSpec, TransformerDecoder, TransformerEncoder, padding_mask
 
 ATOL = 1e-5
 # The exactness properties (equivariance, causality, padding) run in float64: with few features a
@@ -28,7 +28,11 @@ def _encoder(seed: int, layers: int, h: int, hd: int, norm_first: bool) -> Trans
     torch.manual_seed(seed)
     d = h * hd
     # dropout > 0 on purpose: eval mode must switch it off
-    return TransformerEncoder(layers, d, h, 2 * d, dropout=0.2, norm_first=norm_first).eval().to(EXACT)
+    return (
+        TransformerEncoder(StackSpec(d, h, 2 * d, dropout=0.2, norm_first=norm_first, num_layers=layers))
+        .eval()
+        .to(EXACT)
+    )
 
 
 def _decoder(
@@ -37,7 +41,16 @@ def _decoder(
     torch.manual_seed(seed)
     d = h * hd
     dec = TransformerDecoder(
-        layers, d, h, 2 * d, dropout=0.2, norm_first=norm_first, cross_attention=cross, rotary=rotary
+        StackSpec(
+            d,
+            h,
+            2 * d,
+            dropout=0.2,
+            norm_first=norm_first,
+            cross_attention=cross,
+            positional="rotary" if rotary else "none",
+            num_layers=layers,
+        )
     )
     return dec.eval().to(dtype)
 

@@ -15,28 +15,30 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
+from attnkit.models.checks import check_ids
 from attnkit.models.config import EncoderConfig
-from attnkit.models.encoders import _check_ids
+from attnkit.models.registry import register_model
 from attnkit.nn import LearnedPositionalEncoding, TransformerEncoder
 
-__all__ = ["BertClassifier", "BertClassifierConfig", "BertConfig", "BertEncoder", "mean_pool"]
+__all__ = ["BertArchitecture", "BertClassifier", "BertClassifierConfig", "BertConfig", "BertEncoder", "mean_pool"]
+
+_BERT_BASE = dict(d_model=768, num_heads=12, num_layers=12, dim_feedforward=3072, activation="gelu")
 
 
-class BertConfig(EncoderConfig):
-    """A BERT encoder (stack fields as :class:`EncoderConfig`; defaults are BERT-base's)."""
+class BertArchitecture(EncoderConfig, defaults=_BERT_BASE):
+    """The user-set fields of a BERT encoder (stack fields as :class:`EncoderConfig`; defaults are BERT-base's)."""
 
-    vocab_size: int = Field(..., gt=0, description="token ids lie in [0, vocab_size)")
-    d_model: int = 768
-    num_heads: int = 12
-    num_layers: int = 12
-    dim_feedforward: int = 3072
-    dropout: float = 0.1
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "gelu"
     max_len: int = Field(512, gt=0, description="learned positions: the longest input in tokens")
     type_vocab_size: int = Field(2, ge=0, description="token types (segments); 0 for none")
     layer_norm_eps: float = Field(1e-12, gt=0.0)
-    pad_id: int | None = Field(0, ge=0, description="padding token id (its embedding gets no gradient)")
     pooler: bool = Field(True, description="BERT's pooler: tanh(Linear(hidden at position 0))")
+
+
+class BertConfig(BertArchitecture):
+    """A BERT encoder: the architecture, the vocabulary size and the padding id."""
+
+    vocab_size: int = Field(..., gt=0, description="token ids lie in [0, vocab_size)")
+    pad_id: int | None = Field(0, ge=0, description="padding token id (its embedding gets no gradient)")
 
     @model_validator(mode="after")
     def _check_bert(self) -> BertConfig:
@@ -53,6 +55,7 @@ def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
+@register_model("bert", BertConfig)
 class BertEncoder(nn.Module):
     """BERT's encoder. Attributes: ``token_embedding``, ``token_type_embedding`` (``None`` when
     ``type_vocab_size == 0``), ``positional`` (:class:`LearnedPositionalEncoding`), ``norm`` (the
@@ -75,7 +78,7 @@ class BertEncoder(nn.Module):
         self.positional = LearnedPositionalEncoding(c.d_model, c.max_len)
         self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.dropout)
-        self.encoder = TransformerEncoder(**c.stack_kwargs(), layer_norm_eps=c.layer_norm_eps)  # type: ignore[arg-type]
+        self.encoder = TransformerEncoder(c.stack_spec(layer_norm_eps=c.layer_norm_eps))
         self.pooler = nn.Linear(c.d_model, c.d_model) if c.pooler else None
         self.reset_parameters()
 
@@ -103,7 +106,7 @@ class BertEncoder(nn.Module):
         c = self.config
         if ids.dim() != 2:
             raise ValueError(f"expected token ids [batch, seq], got shape {tuple(ids.shape)}")
-        _check_ids(ids, c.vocab_size)
+        check_ids(ids, c.vocab_size)
         if mask is None:
             mask = self.default_mask(ids)
         if mask.shape != ids.shape or mask.dtype != torch.bool:
@@ -120,7 +123,7 @@ class BertEncoder(nn.Module):
                     f"token_type_ids must be [batch, seq] like ids {tuple(ids.shape)}, "
                     f"got {tuple(token_type_ids.shape)}"
                 )
-            _check_ids(token_type_ids, c.type_vocab_size)
+            check_ids(token_type_ids, c.type_vocab_size)
             h = h + self.token_type_embedding(token_type_ids)
         elif token_type_ids is not None:
             raise ValueError("this encoder has no token types (type_vocab_size=0): do not pass token_type_ids")
@@ -168,6 +171,7 @@ class BertClassifierConfig(BertConfig):
     )
 
 
+@register_model("bert_classifier", BertClassifierConfig)
 class BertClassifier(nn.Module):
     """``bert`` (:class:`BertEncoder`, e.g. loaded from pretrained weights) + dropout + ``head``
     (``nn.Linear(d_model, num_classes)``).

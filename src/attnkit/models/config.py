@@ -1,32 +1,98 @@
-"""Typed, validated configuration objects shared by the model families."""
+"""Typed, validated configuration objects shared by the model families.
+
+* :class:`EncoderConfig`: the Transformer stack every family shares (width, heads, depth, feed-forward,
+  norm...). Its :meth:`EncoderConfig.stack_spec` is the :class:`attnkit.nn.StackSpec` the models build.
+* :class:`OneOf`: a ``str`` field whose choices are a registry's names (``Annotated[str, OneOf(NORMS)]``):
+  validated against the registry when the config is validated, listed in the JSON schema.
+* Family defaults: a family that wants other defaults for inherited fields says so once, with a class
+  keyword (``class BertArchitecture(EncoderConfig, defaults={"d_model": 768})``), instead of declaring
+  the fields again.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from attnkit.config import StrictModel
+from attnkit.nn import ACTIVATIONS, Registry, StackSpec
 
-__all__ = ["EncoderConfig", "StrictModel"]
+__all__ = ["EncoderConfig", "OneOf", "StrictModel", "choices_text"]
+
+
+def choices_text(names: tuple[str, ...] | list[str]) -> str:
+    """``'a', 'b' or 'c'`` (pydantic's wording for a ``Literal``)."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """``Annotated[str, OneOf(registry, exclude=(...))]``: one of the registry's names (but ``exclude``).
+
+    The names are read when a config is validated, so a kind registered later (a new positional
+    encoding) is accepted at once; the JSON schema lists the names registered by then as an ``enum``.
+    """
+
+    registry: Registry[Any]
+    exclude: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in self.registry.names() if n not in self.exclude)
+
+    def _check(self, value: str) -> str:
+        names = self.names()
+        if value not in names:
+            raise ValueError(f"Input should be {choices_text(names)} (the registered {self.registry.kind} kinds)")
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        out["enum"] = list(self.names())
+        return out
 
 
 class EncoderConfig(StrictModel):
-    """The Transformer stack shared by every encoder model."""
+    """The Transformer stack shared by every model family."""
 
     d_model: int = Field(128, gt=0, description="model width")
     num_heads: int = Field(4, gt=0, description="attention heads; must divide d_model unless head_dim is set")
     num_layers: int = Field(2, gt=0, description="encoder blocks")
     dim_feedforward: int = Field(512, gt=0, description="hidden width of the feed-forward network")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout in attention, feed-forward and residuals")
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "relu"
+    activation: Annotated[str, OneOf(ACTIVATIONS)] = Field(
+        "relu", description="feed-forward: swiglu is LLaMA's gated MLP down(silu(gate(x)) * up(x))"
+    )
     norm_first: bool = Field(False, description="pre-norm instead of the paper's post-norm")
     head_dim: int | None = Field(None, gt=0, description="per-head width (default d_model // num_heads)")
 
+    def __init_subclass__(cls, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # (``defaults`` is applied once pydantic built the class, below)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        """``class Family(EncoderConfig, defaults={"field": value})``: other defaults for inherited fields."""
+        super().__pydantic_init_subclass__(**kwargs)
+        if not defaults:
+            return
+        for name, value in defaults.items():
+            if name not in cls.__pydantic_fields__:
+                raise TypeError(f"{cls.__name__}: defaults for unknown field {name!r}")
+            info = cls.__pydantic_fields__[name]
+            cls.__pydantic_fields__[name] = type(info).merge_field_infos(info, default=value)
+        cls.model_rebuild(force=True)
+
     @model_validator(mode="after")
     def _check(self) -> EncoderConfig:
-        # Checked here rather than by Field constraints, so that subclasses that change a
-        # default (e.g. `dropout: float = 0.0`) keep the check.
+        # Checked here as well as by the Field constraints (a family's defaults keep both).
         for name in ("d_model", "num_heads", "num_layers", "dim_feedforward"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -40,9 +106,10 @@ class EncoderConfig(StrictModel):
             )
         return self
 
-    def stack_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for :class:`attnkit.nn.TransformerEncoder`."""
-        return dict(
+    def stack_spec(self, **fields: Any) -> StackSpec:
+        """The :class:`attnkit.nn.StackSpec` of this config's stack; ``fields`` set the others (a family's
+        norm, positions, ...) or override these (e.g. the decoder's ``num_layers``)."""
+        base: dict[str, Any] = dict(
             num_layers=self.num_layers,
             d_model=self.d_model,
             num_heads=self.num_heads,
@@ -52,3 +119,4 @@ class EncoderConfig(StrictModel):
             norm_first=self.norm_first,
             head_dim=self.head_dim,
         )
+        return StackSpec(**{**base, **fields})

@@ -2,52 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.models.config import EncoderConfig
-from attnkit.nn import LearnedPositionalEncoding, SinusoidalPositionalEncoding, TransformerEncoder
+from attnkit.models.checks import check_ids
+from attnkit.models.config import EncoderConfig, OneOf
+from attnkit.models.registry import register_model
+from attnkit.nn import POSITIONS, TransformerEncoder, embedding_positions
 
-__all__ = ["ClassifierConfig", "PredictorConfig", "SequenceClassifier", "TransformerPredictor"]
-
-Positional = Literal["sinusoidal", "learned", "none"]
-
-
-def _positional(kind: str, d_model: int, max_len: int) -> nn.Module | None:
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_len)
-    if kind == "learned":
-        return LearnedPositionalEncoding(d_model, max_len)
-    return None
-
-
-def _check_ids(ids: Tensor, vocab_size: int) -> None:
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
-    # One device-to-host read for both bounds; skipped while torch.compile traces the model (a value
-    # read there would split the compiled graph in two at every call).
-    if not ids.numel() or torch.compiler.is_compiling():
-        return
-    lo, hi = (int(v) for v in torch.stack(torch.aminmax(ids)).tolist())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"token ids must lie in [0, {vocab_size}), got min {lo} and max {hi}; "
-            "the input was encoded with a different vocabulary, or vocab_size is too small"
-        )
+__all__ = [
+    "ClassifierArchitecture",
+    "ClassifierConfig",
+    "PredictorArchitecture",
+    "PredictorConfig",
+    "SequenceClassifier",
+    "TransformerPredictor",
+]
 
 
-class PredictorConfig(EncoderConfig):
-    """One prediction per element: the tutorial's ``TransformerPredictor``."""
+class PredictorArchitecture(EncoderConfig):
+    """The user-set fields of a :class:`TransformerPredictor` (the stack fields as :class:`EncoderConfig`)."""
+
+    positional: Annotated[str, OneOf(POSITIONS)] = Field(
+        "sinusoidal", description="positional encoding (none: permutation-equivariant)"
+    )
+    max_len: int = Field(5000, gt=0, description="longest sequence (learned encodings only)")
+    input_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class PredictorConfig(PredictorArchitecture):
+    """One prediction per element: the tutorial's ``TransformerPredictor``; the architecture and the
+    data-derived input and output sizes."""
 
     input_dim: int | None = Field(None, gt=0, description="feature size of each element (feature inputs)")
     vocab_size: int | None = Field(None, gt=0, description="token inputs: ids in [0, vocab_size)")
     num_outputs: int = Field(..., gt=0, description="outputs per element (classes, or 1 for a score)")
-    positional: Positional = "sinusoidal"
-    max_len: int = Field(5000, gt=0, description="longest sequence (learned encodings only)")
-    input_dropout: float = Field(0.0, ge=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _one_input_kind(self) -> PredictorConfig:
@@ -56,6 +48,7 @@ class PredictorConfig(EncoderConfig):
         return self
 
 
+@register_model("predictor", PredictorConfig)
 class TransformerPredictor(nn.Module):
     """Input network, optional positional encoding, encoder stack, output network.
 
@@ -75,8 +68,9 @@ class TransformerPredictor(nn.Module):
         else:
             assert config.input_dim is not None
             self.input_net = nn.Sequential(nn.Dropout(config.input_dropout), nn.Linear(config.input_dim, d))
-        self.positional = _positional(config.positional, d, config.max_len)
-        self.encoder = TransformerEncoder(**config.stack_kwargs())  # type: ignore[arg-type]
+        spec = config.stack_spec(positional=config.positional, max_len=config.max_len)
+        self.positional = embedding_positions(spec)
+        self.encoder = TransformerEncoder(spec)
         self.output_net = nn.Sequential(
             nn.Linear(d, d),
             nn.LayerNorm(d),
@@ -91,11 +85,11 @@ class TransformerPredictor(nn.Module):
         if cfg.vocab_size is not None:
             if x.dim() != 2:
                 raise ValueError(f"expected token ids [batch, seq], got shape {tuple(x.shape)}")
-            _check_ids(x, cfg.vocab_size)
+            check_ids(x, cfg.vocab_size)
         elif x.dim() != 3 or x.shape[-1] != cfg.input_dim:
             raise ValueError(f"expected features [batch, seq, {cfg.input_dim}], got shape {tuple(x.shape)}")
         h = self.input_net(x)
-        return self.positional(h) if self.positional is not None else h
+        return self.positional.add(h) if self.positional is not None else h
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """``key_padding_mask [B, T]``: True at real elements."""
@@ -108,17 +102,23 @@ class TransformerPredictor(nn.Module):
         return self.encoder.get_attention_maps(self.embed(x), key_padding_mask=key_padding_mask)
 
 
-class ClassifierConfig(EncoderConfig):
-    """Sequence classification from token ids."""
+class ClassifierArchitecture(EncoderConfig):
+    """The user-set fields of a :class:`SequenceClassifier` (the stack fields as :class:`EncoderConfig`)."""
+
+    max_len: int = Field(512, gt=0, description="longest input in tokens")
+    positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "learned"
+    pooling: Literal["mean", "cls"] = "mean"
+
+
+class ClassifierConfig(ClassifierArchitecture):
+    """Sequence classification from token ids: the architecture, the vocabulary, the classes, the pad id."""
 
     vocab_size: int = Field(..., gt=0)
     num_classes: int = Field(..., ge=2)
-    max_len: int = Field(512, gt=0, description="longest input in tokens")
-    positional: Literal["learned", "sinusoidal"] = "learned"
-    pooling: Literal["mean", "cls"] = "mean"
     pad_id: int = Field(0, ge=0)
 
 
+@register_model("classifier", ClassifierConfig)
 class SequenceClassifier(nn.Module):
     """Token embedding + positional encoding + encoder + pooling + classification head.
 
@@ -136,12 +136,11 @@ class SequenceClassifier(nn.Module):
         with torch.no_grad():
             self.embedding.weight[config.pad_id].zero_()
         extra = 1 if config.pooling == "cls" else 0
-        positional = _positional(config.positional, d, config.max_len + extra)
-        assert positional is not None
-        self.positional = positional
+        spec = config.stack_spec(positional=config.positional, max_len=config.max_len + extra)
+        self.positional = embedding_positions(spec)
         self.cls = nn.Parameter(torch.randn(1, 1, d) * d**-0.5) if config.pooling == "cls" else None
         self.dropout = nn.Dropout(config.dropout)
-        self.encoder = TransformerEncoder(**config.stack_kwargs())  # type: ignore[arg-type]
+        self.encoder = TransformerEncoder(spec)
         self.head = nn.Linear(d, config.num_classes)
 
     def _encode(self, ids: Tensor, mask: Tensor | None, need_weights: bool) -> tuple[Tensor, Tensor, list[Tensor]]:
@@ -152,7 +151,7 @@ class SequenceClassifier(nn.Module):
                 f"input has {ids.shape[1]} tokens but the model supports at most max_len={self.config.max_len}; "
                 "truncate the input (the data module's max_len does this)"
             )
-        _check_ids(ids, self.config.vocab_size)
+        check_ids(ids, self.config.vocab_size)
         mask = ids != self.config.pad_id if mask is None else mask
         if mask.shape != ids.shape or mask.dtype != torch.bool:
             raise ValueError(
@@ -162,7 +161,9 @@ class SequenceClassifier(nn.Module):
         if self.cls is not None:
             h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)
             mask = torch.cat([mask.new_ones(mask.shape[0], 1), mask], dim=1)
-        h = self.dropout(self.positional(h))
+        if self.positional is not None:
+            h = self.positional.add(h)
+        h = self.dropout(h)
         if need_weights:
             h, maps = self.encoder.forward_with_attention(h, key_padding_mask=mask)
         else:

@@ -9,20 +9,23 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.models.config import EncoderConfig, StrictModel
-from attnkit.models.encoders import _check_ids
+from attnkit.models.checks import check_ids
+from attnkit.models.config import EncoderConfig, OneOf, StrictModel
 from attnkit.models.generation import apply_repetition_penalty, check_sampling, left_pad, sample_next_token
+from attnkit.models.registry import register_model
 from attnkit.nn import (
+    NORMS,
+    POSITIONS,
     DecoderCache,
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
+    StackSpec,
     TransformerDecoder,
+    embedding_positions,
     positions_from_padding_mask,
 )
 
@@ -54,8 +57,9 @@ class RopeScaling(StrictModel):
             )
         return self
 
-    def rotary_kwargs(self, max_len: int) -> dict[str, object]:
-        """The ``rope_scaling`` mapping of :class:`attnkit.nn.TransformerDecoder`."""
+    def as_mapping(self, max_len: int) -> dict[str, object]:
+        """The ``rope_scaling`` mapping of :class:`attnkit.nn.StackSpec` (``original_max_position_embeddings``
+        resolved for a model of context ``max_len``)."""
         original = self.original_max_position_embeddings
         if original is None:
             original = 8192 if self.type == "llama3" else max_len
@@ -98,9 +102,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 """The family of each preset: the fields it sets (sizes are left to the config)."""
 
 
-class LanguageModelArchitecture(EncoderConfig):
-    """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`);
-    tasks build their ``model`` config section on it and add the vocabulary from their data.
+class LanguageModelArchitecture(EncoderConfig, defaults=dict(num_layers=4, activation="gelu", norm_first=True)):
+    """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`;
+    by default 4 pre-norm GELU blocks); tasks build their ``model`` config section on it and add the
+    vocabulary from their data.
 
     ``preset`` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``) sets the family's fields
     (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) wherever they are
@@ -111,17 +116,8 @@ class LanguageModelArchitecture(EncoderConfig):
     preset: Literal["gpt2", "llama", "mistral", "qwen2"] | None = Field(
         None, description="a model family's architecture: gpt2, llama, mistral or qwen2"
     )
-    d_model: int = 128
-    num_heads: int = 4
-    num_layers: int = 4
-    dim_feedforward: int = 512
-    dropout: float = 0.1
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = Field(
-        "gelu", description="feed-forward: swiglu is LLaMA's gated MLP down(silu(gate(x)) * up(x))"
-    )
-    norm_first: bool = Field(True, description="pre-norm (GPT-2) instead of the paper's post-norm")
-    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="LayerNorm or RMSNorm (eps: layer_norm_eps)")
-    positional: Literal["learned", "sinusoidal", "rotary", "alibi"] = "learned"
+    norm: Annotated[str, OneOf(NORMS)] = Field("layernorm", description="LayerNorm or RMSNorm (eps: layer_norm_eps)")
+    positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "learned"
     max_len: int = Field(256, gt=0, description="the context: most positions the model attends over")
     tie_weights: bool = Field(True, description="lm_head shares its weight with token_embedding")
     bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
@@ -172,22 +168,22 @@ class LanguageModelArchitecture(EncoderConfig):
             )
         return self
 
-    def decoder_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`attnkit.nn.TransformerDecoder` (without cross-attention)."""
-        return dict(
-            **self.stack_kwargs(),
+    def stack_spec(self, **fields: Any) -> StackSpec:
+        """The :class:`attnkit.nn.StackSpec` of the decoder stack (without cross-attention)."""
+        own: dict[str, Any] = dict(
             bias=self.bias,
             layer_norm_eps=self.layer_norm_eps,
             cross_attention=False,
             norm=self.norm,
             num_kv_heads=self.num_kv_heads,
             qkv_bias=self.qkv_bias,
-            rotary=self.positional == "rotary",
+            positional=self.positional,
+            max_len=self.max_len,
             rope_theta=self.rope_theta,
-            rope_scaling=None if self.rope_scaling is None else self.rope_scaling.rotary_kwargs(self.max_len),
-            alibi=self.positional == "alibi",
+            rope_scaling=None if self.rope_scaling is None else self.rope_scaling.as_mapping(self.max_len),
             sliding_window=self.sliding_window,
         )
+        return super().stack_spec(**{**own, **fields})
 
 
 class LanguageModelConfig(LanguageModelArchitecture):
@@ -206,6 +202,7 @@ class LanguageModelConfig(LanguageModelArchitecture):
         return self
 
 
+@register_model("lm", LanguageModelConfig)
 class LanguageModel(nn.Module):
     """GPT-style language model; attribute names follow nanoGPT/GPT-2 roles:
 
@@ -238,15 +235,10 @@ class LanguageModel(nn.Module):
         c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
-        self.positional: nn.Module | None
-        if c.positional == "learned":
-            self.positional = LearnedPositionalEncoding(c.d_model, c.max_len)
-        elif c.positional == "sinusoidal":
-            self.positional = SinusoidalPositionalEncoding(c.d_model, c.max_len)
-        else:
-            self.positional = None
+        spec = c.stack_spec()
+        self.positional = embedding_positions(spec)
         self.dropout = nn.Dropout(c.dropout)
-        self.decoder = TransformerDecoder(**c.decoder_kwargs())
+        self.decoder = TransformerDecoder(spec)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.token_embedding.weight
@@ -263,7 +255,7 @@ class LanguageModel(nn.Module):
             raise ValueError(f"expected token ids [batch, seq], got shape {tuple(ids.shape)}")
         if ids.shape[1] == 0:
             raise ValueError("expected at least one token per row (start a text with bos_id)")
-        _check_ids(ids, self.config.vocab_size)
+        check_ids(ids, self.config.vocab_size)
         offset = cache.length if cache is not None else 0
         end = offset + ids.shape[1]
         if end > self.config.max_len:
@@ -282,7 +274,7 @@ class LanguageModel(nn.Module):
             positions = positions_from_padding_mask(key_padding_mask)[:, offset:]
         h = self.token_embedding(ids)
         if self.positional is not None:
-            h = self.positional(h, offset, positions)
+            h = self.positional.add(h, offset, positions)
         h = self.dropout(h)
         kwargs: dict[str, Any] = dict(
             tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions
@@ -388,7 +380,7 @@ class LanguageModel(nn.Module):
                 f"prompt_ids must be [batch, seq] with seq >= 1 (use [[bos_id]] for no prompt), "
                 f"got shape {tuple(prompt_ids.shape)}"
             )
-        _check_ids(prompt_ids, c.vocab_size)
+        check_ids(prompt_ids, c.vocab_size)
         if padding_mask is not None:
             _check_left_padding(padding_mask, prompt_ids.shape)
             padding_mask = padding_mask.to(device)

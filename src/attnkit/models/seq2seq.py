@@ -8,20 +8,23 @@ masks mean **True = may attend** (for token masks: True = real token, False = pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated
 
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.models.config import EncoderConfig
-from attnkit.models.encoders import _check_ids, _positional
-from attnkit.nn import DecoderCache, LearnedPositionalEncoding, TransformerDecoder, TransformerEncoder
+from attnkit.models.checks import check_ids
+from attnkit.models.config import EncoderConfig, OneOf
+from attnkit.models.registry import register_model
+from attnkit.nn import POSITIONS, DecoderCache, TransformerDecoder, TransformerEncoder, embedding_positions
 
 __all__ = [
     "Hypotheses",
+    "Seq2SeqArchitecture",
     "Seq2SeqConfig",
     "Seq2SeqTransformer",
     "beam_search",
@@ -31,17 +34,26 @@ __all__ = [
 ]
 
 
-class Seq2SeqConfig(EncoderConfig):
-    """An encoder–decoder Transformer. ``num_layers`` is the encoder depth; the decoder has
-    ``num_decoder_layers`` blocks (default: the same)."""
+class Seq2SeqArchitecture(EncoderConfig):
+    """The user-set fields of an encoder–decoder Transformer. ``num_layers`` is the encoder depth; the
+    decoder has ``num_decoder_layers`` blocks (default: the same)."""
 
-    src_vocab_size: int = Field(..., gt=0, description="source token ids lie in [0, src_vocab_size)")
-    tgt_vocab_size: int = Field(..., gt=0, description="target token ids lie in [0, tgt_vocab_size)")
     num_decoder_layers: int | None = Field(None, gt=0, description="decoder blocks (default: num_layers)")
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "sinusoidal"
     max_len: int = Field(512, gt=0, description="longest sequence, BOS/EOS included (learned positions only)")
     share_embeddings: bool = Field(False, description="one embedding for source and target (one shared vocabulary)")
     tie_output: bool = Field(True, description="the output projection reuses the target embedding matrix")
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+
+class Seq2SeqConfig(Seq2SeqArchitecture):
+    """An encoder–decoder Transformer: the architecture, the two vocabulary sizes and the special ids."""
+
+    src_vocab_size: int = Field(..., gt=0, description="source token ids lie in [0, src_vocab_size)")
+    tgt_vocab_size: int = Field(..., gt=0, description="target token ids lie in [0, tgt_vocab_size)")
     pad_id: int = Field(0, ge=0)
     bos_id: int = Field(1, ge=0)
     eos_id: int = Field(2, ge=0)
@@ -61,11 +73,8 @@ class Seq2SeqConfig(EncoderConfig):
                 raise ValueError(f"{name}={value} must be below both vocabulary sizes")
         return self
 
-    @property
-    def decoder_layers(self) -> int:
-        return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
 
-
+@register_model("seq2seq", Seq2SeqConfig)
 class Seq2SeqTransformer(nn.Module):
     """Source embedding + positions -> encoder; target embedding + positions -> decoder (masked
     self-attention, cross-attention to the encoder output) -> linear projection to the target vocabulary.
@@ -97,17 +106,13 @@ class Seq2SeqTransformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
         )
-        # Sinusoidal encodings have no weights; learned ones get one table per side.
-        positional = _positional(config.positional, d, config.max_len)
-        assert positional is not None
-        self.src_positional = positional
-        self.tgt_positional = (
-            positional if config.positional == "sinusoidal" else LearnedPositionalEncoding(d, config.max_len)
-        )
+        # One positional encoding per side (a learned one: one table per side).
+        spec = config.stack_spec(positional=config.positional, max_len=config.max_len)
+        self.src_positional = embedding_positions(spec)
+        self.tgt_positional = embedding_positions(spec)
         self.dropout = nn.Dropout(config.dropout)
-        kwargs = config.stack_kwargs()
-        self.encoder = TransformerEncoder(**kwargs)  # type: ignore[arg-type]
-        self.decoder = TransformerDecoder(**{**kwargs, "num_layers": config.decoder_layers})  # type: ignore[arg-type]
+        self.encoder = TransformerEncoder(spec)
+        self.decoder = TransformerDecoder(dataclasses.replace(spec, num_layers=config.decoder_layers))
         self.output = nn.Linear(d, config.tgt_vocab_size, bias=False)
         self.reset_embeddings()
 
@@ -154,11 +159,12 @@ class Seq2SeqTransformer(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"expected {side} token ids [batch, seq], got shape {tuple(ids.shape)}")
         cfg = self.config
-        _check_ids(ids, cfg.src_vocab_size if side == "source" else cfg.tgt_vocab_size)
+        check_ids(ids, cfg.src_vocab_size if side == "source" else cfg.tgt_vocab_size)
         emb, pos = (self.src_embedding, self.src_positional) if side == "source" else (
             self.tgt_embedding, self.tgt_positional,
         )  # fmt: skip
-        return self.dropout(pos(emb(ids) * self.embed_scale, offset))
+        h = emb(ids) * self.embed_scale
+        return self.dropout(pos.add(h, offset) if pos is not None else h)
 
     def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         """``src [B, Ts]`` -> encoder output (the memory) ``[B, Ts, D]``.

@@ -1,13 +1,17 @@
 """Transformer building blocks in pure PyTorch (no Lightning, data or CLI code).
 
 Shapes are batch-first (``[B, T, D]``); attention weights are ``[B, H, Tq, Tk]``; boolean masks
-mean **True = may attend**.
+mean **True = may attend**. Blocks and stacks are built from specs (:class:`BlockSpec`,
+:class:`StackSpec`); kinds are registered by name (:data:`ACTIVATIONS`, :data:`NORMS`,
+:data:`POSITIONS`, each an :class:`attnkit.nn.registry.Registry`), all on import of this package.
 """
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention, attend, scaled_dot_product_attention
-from attnkit.nn.feedforward import ACTIVATIONS, FeedForward
+from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock, LayerCache
+from attnkit.nn.feedforward import ACTIVATIONS, ActivationKind, FeedForward
 from attnkit.nn.masks import (
     PreparedAttention,
+    alibi_bias,
     band_mask,
     causal_mask,
     combine_masks,
@@ -21,6 +25,7 @@ from attnkit.nn.masks import (
 from attnkit.nn.normalization import NORMS, RMSNorm, make_norm
 from attnkit.nn.positional import (
     LearnedPositionalEncoding,
+    PositionalEncoding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
     alibi_slopes,
@@ -28,18 +33,17 @@ from attnkit.nn.positional import (
     rope_inv_freq,
     sinusoidal_encoding,
 )
-from attnkit.nn.transformer import (
-    DecoderBlock,
-    DecoderCache,
-    EncoderBlock,
-    LayerCache,
-    TransformerDecoder,
-    TransformerEncoder,
-)
+from attnkit.nn.positions import POSITIONS, attention_positions, embedding_positions
+from attnkit.nn.registry import Registry
+from attnkit.nn.specs import BlockSpec, StackSpec
+from attnkit.nn.stacks import TransformerDecoder, TransformerEncoder
 
 __all__ = [
     "ACTIVATIONS",
     "NORMS",
+    "POSITIONS",
+    "ActivationKind",
+    "BlockSpec",
     "DecoderBlock",
     "DecoderCache",
     "EncoderBlock",
@@ -48,18 +52,24 @@ __all__ = [
     "LayerCache",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
+    "PositionalEncoding",
     "PreparedAttention",
     "RMSNorm",
+    "Registry",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
+    "StackSpec",
     "TransformerDecoder",
     "TransformerEncoder",
+    "alibi_bias",
     "alibi_slopes",
     "apply_rotary",
     "attend",
+    "attention_positions",
     "band_mask",
     "causal_mask",
     "combine_masks",
+    "embedding_positions",
     "expand_attention_mask",
     "finalize_mask",
     "make_norm",

@@ -1,16 +1,55 @@
-"""Position-wise feed-forward network."""
+"""Position-wise feed-forward network, and the activations registered by name in :data:`ACTIVATIONS`.
+
+A new activation is one ``ACTIVATIONS.add("name", ActivationKind(fn))`` (``gated=True`` for GLU
+variants: the first linear layer is twice as wide and ``fn(gate) * up`` is used).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ACTIVATIONS", "FeedForward"]
+from attnkit.nn.registry import Registry
 
-Activation = Literal["relu", "gelu", "gelu_tanh", "swiglu"]
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "swiglu")
+__all__ = ["ACTIVATIONS", "Activation", "ActivationKind", "FeedForward"]
+
+Activation = str
+"""An activation's registered name (one of :data:`ACTIVATIONS`)."""
+
+
+@dataclass(frozen=True)
+class ActivationKind:
+    """``fn`` applied to the hidden layer; ``gated``: GLU style, ``fn(gate) * up``."""
+
+    fn: Callable[[Tensor], Tensor]
+    gated: bool = False
+
+
+def _relu(h: Tensor) -> Tensor:
+    return F.relu(h, inplace=True)  # h is fresh and unused elsewhere: saves a copy
+
+
+def _gelu(h: Tensor) -> Tensor:
+    return F.gelu(h)
+
+
+def _silu(h: Tensor) -> Tensor:
+    return F.silu(h)
+
+
+def _gelu_tanh(h: Tensor) -> Tensor:
+    return F.gelu(h, approximate="tanh")
+
+
+ACTIVATIONS: Registry[ActivationKind] = Registry("activation")
+"""The activations by name: ``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``."""
+ACTIVATIONS.add("relu", ActivationKind(_relu))
+ACTIVATIONS.add("gelu", ActivationKind(_gelu))
+ACTIVATIONS.add("gelu_tanh", ActivationKind(_gelu_tanh))
+ACTIVATIONS.add("swiglu", ActivationKind(_silu, gated=True))
 
 
 class FeedForward(nn.Module):
@@ -30,23 +69,19 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
+        kind = ACTIVATIONS.get(activation)
         self.activation = activation
-        gated = activation == "swiglu"
+        self._fn = kind.fn
+        self._gated = gated = kind.gated
         self.linear1 = nn.Linear(dim, 2 * hidden_dim if gated else hidden_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(hidden_dim, dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.linear1(x)
-        if self.activation == "relu":
-            h = F.relu(h, inplace=True)  # h is fresh and unused elsewhere: saves a copy
-        elif self.activation == "gelu":
-            h = F.gelu(h)
-        elif self.activation == "gelu_tanh":
-            h = F.gelu(h, approximate="tanh")
-        else:
+        if self._gated:
             gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
+            h = self._fn(gate) * up
+        else:
+            h = self._fn(h)
         return self.linear2(self.dropout(h))

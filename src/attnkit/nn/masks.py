@@ -14,6 +14,7 @@ from torch import Tensor
 
 __all__ = [
     "PreparedAttention",
+    "alibi_bias",
     "band_mask",
     "causal_mask",
     "combine_masks",
@@ -235,6 +236,15 @@ def finalize_mask(
     return PreparedAttention(mask=mask, is_causal=fused, has_key=has_key)
 
 
+def alibi_bias(slopes: Tensor, q_len: int, k_len: int, *, device: torch.device | str | None = None) -> Tensor:
+    """ALiBi's ``-slope_h * |query position - key position|``, ``[1, H, Tq, Tk]``, for the last ``Tq`` of
+    ``Tk`` positions (positions are column indices)."""
+    q_pos = torch.arange(k_len - q_len, k_len, device=device).unsqueeze(1)
+    k_pos = torch.arange(k_len, device=device).unsqueeze(0)
+    distance = (q_pos - k_pos).abs().to(slopes.dtype)
+    return -slopes.to(device)[None, :, None, None] * distance  # [1, H, Tq, Tk]
+
+
 def prepare_attention(
     attn_mask: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
@@ -246,6 +256,7 @@ def prepare_attention(
     is_causal: bool = False,
     window: int | None = None,
     alibi_slopes: Tensor | None = None,
+    bias: Tensor | None = None,
     need_weights: bool = False,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
@@ -260,6 +271,8 @@ def prepare_attention(
         window: sliding window (each query attends to at most the last ``window`` keys, itself included).
         alibi_slopes: ``[H]``: add ``-slope * |query position - key position|`` to the scores (ALiBi;
             positions are column indices, so left padding does not change the distances).
+        bias: a float bias broadcastable to ``[B, H, Tq, Tk]`` added to the scores (a positional
+            encoding's :meth:`attnkit.nn.PositionalEncoding.attention_bias`).
         need_weights: the layers will return attention weights (no fused causal kernel then).
         names: what the caller calls the two masks, for error messages.
     """
@@ -268,12 +281,9 @@ def prepare_attention(
     mask = expand_attention_mask(
         attn_mask, key_padding_mask, batch=batch, q_len=q_len, k_len=k_len, num_heads=num_heads, names=names
     )
-    bias = None
     if alibi_slopes is not None:
-        q_pos = torch.arange(k_len - q_len, k_len, device=device).unsqueeze(1)
-        k_pos = torch.arange(k_len, device=device).unsqueeze(0)
-        distance = (q_pos - k_pos).abs().to(alibi_slopes.dtype)
-        bias = -alibi_slopes.to(device)[None, :, None, None] * distance  # [1, H, Tq, Tk]
+        alibi = alibi_bias(alibi_slopes, q_len, k_len, device=device)
+        bias = alibi if bias is None else bias + alibi
     return finalize_mask(
         mask,
         q_len=q_len,

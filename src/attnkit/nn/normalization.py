@@ -1,16 +1,29 @@
-"""Normalisation layers: LayerNorm (torch's) and RMSNorm (LLaMA's), chosen by name."""
+"""Normalisation layers: LayerNorm (torch's) and RMSNorm (LLaMA's), registered by name in :data:`NORMS`.
+
+A new norm is one ``@NORMS.register("name")`` function ``(dim, *, eps, bias) -> nn.Module``.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["NORMS", "Norm", "RMSNorm", "make_norm"]
+from attnkit.nn.registry import Registry
 
-Norm = Literal["layernorm", "rmsnorm"]
-NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
+__all__ = ["NORMS", "Norm", "NormFactory", "RMSNorm", "make_norm"]
+
+Norm = str
+"""A norm's registered name (one of :data:`NORMS`)."""
+
+
+class NormFactory(Protocol):
+    def __call__(self, dim: int, *, eps: float, bias: bool) -> nn.Module: ...
+
+
+NORMS: Registry[NormFactory] = Registry("norm")
+"""The norms by name: ``"layernorm"``, ``"rmsnorm"``."""
 
 
 class RMSNorm(nn.Module):
@@ -40,10 +53,17 @@ class RMSNorm(nn.Module):
         return f"{self.dim}, eps={self.eps}"
 
 
+@NORMS.register("layernorm")
+def _layernorm(dim: int, *, eps: float, bias: bool) -> nn.Module:
+    return nn.LayerNorm(dim, eps=eps, bias=bias)
+
+
+@NORMS.register("rmsnorm")
+def _rmsnorm(dim: int, *, eps: float, bias: bool) -> nn.Module:
+    return RMSNorm(dim, eps=eps)  # (never a bias)
+
+
 def make_norm(kind: Norm, dim: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """``nn.LayerNorm(dim, eps, bias=bias)`` for ``"layernorm"``, :class:`RMSNorm` (never a bias) for ``"rmsnorm"``."""
-    if kind == "layernorm":
-        return nn.LayerNorm(dim, eps=eps, bias=bias)
-    if kind == "rmsnorm":
-        return RMSNorm(dim, eps=eps)
-    raise ValueError(f"unknown norm {kind!r}; choose one of {list(NORMS)}")
+    """The norm registered as ``kind``: ``nn.LayerNorm(dim, eps, bias=bias)`` for ``"layernorm"``,
+    :class:`RMSNorm` (never a bias) for ``"rmsnorm"``."""
+    return NORMS.get(kind)(dim, eps=eps, bias=bias)

@@ -11,13 +11,16 @@ inside attention; ALiBi adds ``-slope * distance`` to the attention scores (see
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import torch
 from torch import Tensor, nn
 
+from attnkit.nn.specs import StackSpec
+
 __all__ = [
     "LearnedPositionalEncoding",
+    "PositionalEncoding",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "alibi_slopes",
@@ -25,6 +28,46 @@ __all__ = [
     "rope_inv_freq",
     "sinusoidal_encoding",
 ]
+
+
+class PositionalEncoding(nn.Module):
+    """Base class of the positional-encoding kinds (:data:`attnkit.nn.POSITIONS`); every hook does nothing.
+
+    A kind is built from a :class:`attnkit.nn.StackSpec` (:meth:`from_spec`) and may act in two places,
+    which its class attributes declare:
+
+    * ``adds_to_embeddings``: :meth:`add` adds positions to the embeddings ``[B, T, D]`` (sinusoidal,
+      learned). The *model* builds it (:func:`attnkit.nn.embedding_positions`) and calls ``add``.
+    * ``acts_in_attention``: the *stack* builds it (:func:`attnkit.nn.attention_positions`) and, once
+      per forward, asks it for an additive score bias (:meth:`attention_bias`, ALiBi) and for the
+      rotary cosines/sines of the queries and keys (:meth:`rope`, RoPE).
+    """
+
+    adds_to_embeddings: ClassVar[bool] = False
+    acts_in_attention: ClassVar[bool] = False
+
+    @classmethod
+    def from_spec(cls, spec: StackSpec) -> Self:
+        """The kind for a stack of ``spec`` (widths, heads, ``max_len``, ``rope_theta``...)."""
+        return cls()
+
+    def add(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """``x [B, T, D]`` with positions ``offset ..`` (or ``positions [B, T]`` per row) added."""
+        return x
+
+    def attention_bias(self, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
+        """A float bias broadcastable to ``[B, H, Tq, Tk]`` added to the self-attention scores (the
+        queries are the last ``Tq`` of ``Tk`` positions); ``None`` for none."""
+        return None
+
+    def rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        """Rotary ``(cos, sin)`` of ``positions`` (``[T]`` or ``[B, T]``) for the self-attention's queries
+        and keys; ``None`` for none."""
+        return None
+
+    def rotary_embedding(self) -> RotaryEmbedding | None:
+        """The :class:`RotaryEmbedding` the blocks' self-attention applies when called without a stack."""
+        return None
 
 
 def sinusoidal_encoding(
@@ -39,7 +82,7 @@ def sinusoidal_encoding(
     return pe
 
 
-class SinusoidalPositionalEncoding(nn.Module):
+class SinusoidalPositionalEncoding(PositionalEncoding):
     """Adds the fixed sinusoidal encoding to ``x [B, T, D]``.
 
     The table is a non-persistent buffer of ``max_len`` rows, built up front. A longer sequence
@@ -48,12 +91,20 @@ class SinusoidalPositionalEncoding(nn.Module):
     """
 
     pe: Tensor
+    adds_to_embeddings = True
 
     def __init__(self, dim: int, max_len: int = 5000, *, base: float = 10000.0) -> None:
         super().__init__()
         self.dim = dim
         self.base = base
         self.register_buffer("pe", sinusoidal_encoding(max_len, dim, base=base), persistent=False)
+
+    @classmethod
+    def from_spec(cls, spec: StackSpec) -> Self:
+        return cls(spec.d_model, spec.max_len)
+
+    def add(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        return self(x, offset, positions)
 
     def encoding(self, length: int, offset: int = 0) -> Tensor:
         """Rows ``offset .. offset + length`` of the table, ``[length, D]``."""
@@ -73,8 +124,17 @@ class SinusoidalPositionalEncoding(nn.Module):
         return x + self.encoding(x.shape[-2], offset).to(x.dtype)
 
 
-class LearnedPositionalEncoding(nn.Module):
+class LearnedPositionalEncoding(PositionalEncoding):
     """Adds a learned embedding per position to ``x [B, T, D]``; at most ``max_len`` positions."""
+
+    adds_to_embeddings = True
+
+    @classmethod
+    def from_spec(cls, spec: StackSpec) -> Self:
+        return cls(spec.d_model, spec.max_len)
+
+    def add(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        return self(x, offset, positions)
 
     def __init__(self, dim: int, max_len: int) -> None:
         super().__init__()

@@ -1,0 +1,86 @@
+"""Specs: what a block and a stack are made of, as frozen plain dataclasses (as litgpt's ``Config``).
+
+:class:`BlockSpec` describes one encoder or decoder block; :class:`StackSpec` is a block spec plus the
+stack's own fields (depth, final norm, positions, sliding window). Blocks and stacks are built from
+a spec: ``TransformerEncoder(StackSpec(d_model=64, num_heads=4, num_layers=2))``. Kinds (``activation``,
+``norm``, ``positional``) are names in :data:`attnkit.nn.ACTIVATIONS`, :data:`attnkit.nn.NORMS` and
+:data:`attnkit.nn.POSITIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BlockSpec", "StackSpec"]
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One Transformer block.
+
+    Attributes:
+        d_model: model width ``D``.
+        num_heads: attention heads (must divide ``d_model`` unless ``head_dim`` is given).
+        dim_feedforward: hidden width of the feed-forward network.
+        dropout: dropout on attention weights, inside the feed-forward, and on each residual branch.
+        activation: ``"relu"`` (paper), ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"`` (:data:`ACTIVATIONS`).
+        norm_first: pre-norm instead of the paper's post-norm.
+        head_dim: per-head width (default ``d_model // num_heads``).
+        bias: biases in the linear layers and LayerNorms.
+        layer_norm_eps: the norms' epsilon.
+        norm: ``"layernorm"`` or ``"rmsnorm"`` (:data:`NORMS`).
+        num_kv_heads: key/value heads of the self-attention (grouped-query; ``None`` = ``num_heads``).
+        qkv_bias: biases of the query/key/value projections (``None`` = follow ``bias``).
+        cross_attention: decoder blocks only: a cross-attention to the encoder memory (``False``: a
+            GPT-style block for decoder-only language models).
+    """
+
+    d_model: int
+    num_heads: int
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm_first: bool = False
+    head_dim: int | None = None
+    bias: bool = True
+    layer_norm_eps: float = 1e-5
+    norm: str = "layernorm"
+    num_kv_heads: int | None = None
+    qkv_bias: bool | None = None
+    cross_attention: bool = True
+
+    @property
+    def attention_head_dim(self) -> int:
+        """``head_dim``, or ``d_model // num_heads`` when unset."""
+        return self.head_dim if self.head_dim is not None else self.d_model // max(self.num_heads, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSpec(BlockSpec):
+    """A stack of ``num_layers`` blocks (the block fields as :class:`BlockSpec`), and:
+
+    Attributes:
+        num_layers: number of blocks.
+        final_norm: a norm after the last block; by default (``None``) on for pre-norm stacks (whose
+            blocks leave their output un-normalised) and off for post-norm stacks.
+        positional: the positional encoding, a name in :data:`attnkit.nn.POSITIONS`. The stack applies
+            the kinds that act inside attention (``"rotary"``, ``"alibi"``); the kinds added to the
+            embeddings (``"sinusoidal"``, ``"learned"``) are the model's (see
+            :func:`attnkit.nn.embedding_positions`).
+        max_len: the longest sequence (tables of learned/sinusoidal encodings).
+        rope_theta: the rotary base.
+        rope_scaling: a mapping ``{"type": "linear" | "dynamic" | "llama3", "factor": ...,
+            "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}``, see
+            :func:`attnkit.nn.positional.rope_inv_freq` (rotary positions only).
+        sliding_window: each query attends to at most the last ``sliding_window`` keys, itself included.
+    """
+
+    num_layers: int
+    final_norm: bool | None = None
+    positional: str = "none"
+    max_len: int = 5000
+    rope_theta: float = 10000.0
+    rope_scaling: Mapping[str, Any] | None = field(default=None, hash=False)
+    sliding_window: int | None = None

@@ -1,0 +1,314 @@
+"""Encoder and decoder stacks, built from a :class:`attnkit.nn.StackSpec`.
+
+Masks are validated and merged once per stack (:func:`attnkit.nn.masks.prepare_attention`: padding,
+causal, sliding window and the positional encoding's attention bias, e.g. ALiBi, in one mask) and
+every layer receives the prepared result; the rotary cosines/sines are computed once per stack too.
+Pre-norm stacks end with a final norm. Boolean masks mean **True = may attend**.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock
+from attnkit.nn.masks import PreparedAttention, prepare_attention
+from attnkit.nn.normalization import make_norm
+from attnkit.nn.positional import RotaryEmbedding
+from attnkit.nn.positions import attention_positions
+from attnkit.nn.specs import StackSpec
+
+__all__ = ["TransformerDecoder", "TransformerEncoder"]
+
+
+class _Stack(nn.Module):
+    """What encoder and decoder stacks share: building ``num_layers`` blocks from the spec, the
+    positional encoding that acts inside attention (:func:`attnkit.nn.attention_positions`: rotary,
+    ALiBi), the sliding window, the final norm, and preparing the self-attention's mask once per forward."""
+
+    def __init__(self, spec: StackSpec, block: type[EncoderBlock] | type[DecoderBlock]) -> None:
+        super().__init__()
+        if spec.num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {spec.num_layers}")
+        if spec.sliding_window is not None and spec.sliding_window < 1:
+            raise ValueError(f"sliding_window must be None or >= 1, got {spec.sliding_window}")
+        if spec.rope_scaling is not None and spec.positional != "rotary":
+            raise ValueError(f"rope_scaling needs positional='rotary', got positional={spec.positional!r}")
+        self.spec = spec
+        self.num_heads = spec.num_heads
+        self.sliding_window = spec.sliding_window
+        self.positional = attention_positions(spec)
+        rotary = self.positional.rotary_embedding() if self.positional is not None else None
+        self.layers = nn.ModuleList(block(spec, rotary=rotary) for _ in range(spec.num_layers))
+        use_final_norm = spec.norm_first if spec.final_norm is None else spec.final_norm
+        self.norm = (
+            make_norm(spec.norm, spec.d_model, eps=spec.layer_norm_eps, bias=spec.bias) if use_final_norm else None
+        )
+
+    @property
+    def rotary(self) -> RotaryEmbedding | None:
+        """The rotary embedding of the self-attention (``None`` without rotary positions)."""
+        return self.positional.rotary_embedding() if self.positional is not None else None
+
+    def _prepare_self(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+        past: int,
+        positions: Tensor | None,
+        names: tuple[str, str],
+    ) -> PreparedAttention:
+        if x.dim() != 3:
+            raise ValueError(f"x must be [batch, seq, features], got shape {tuple(x.shape)}")
+        batch, q_len = x.shape[0], x.shape[1]
+        pos = self.positional
+        prepared = prepare_attention(
+            attn_mask,
+            key_padding_mask,
+            batch=batch,
+            q_len=q_len,
+            k_len=past + q_len,
+            num_heads=self.num_heads,
+            is_causal=is_causal,
+            window=self.sliding_window,
+            bias=None if pos is None else pos.attention_bias(q_len, past + q_len, x.device),
+            need_weights=need_weights,
+            dtype=x.dtype,
+            device=x.device,
+            names=names,
+        )
+        if pos is not None:
+            if positions is None:
+                positions = torch.arange(past, past + q_len, device=x.device)
+            elif positions.shape not in ((q_len,), (batch, q_len)):
+                raise ValueError(
+                    f"positions has shape {tuple(positions.shape)}; expected [T]=[{q_len}] or [B, T]=[{batch}, {q_len}]"
+                )
+            prepared.rope = pos.rope(positions, x.dtype)
+        return prepared
+
+
+class TransformerEncoder(_Stack):
+    """A stack of ``spec.num_layers`` :class:`EncoderBlock` s, built from a :class:`StackSpec`."""
+
+    def __init__(self, spec: StackSpec) -> None:
+        super().__init__(spec, EncoderBlock)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """``x [B, T, D]`` -> ``[B, T, D]``. Masks as :meth:`EncoderBlock.forward`; ``positions``
+        (``[T]`` or ``[B, T]``) are the rotary positions (default ``0 .. T-1``)."""
+        return self._run(x, attn_mask, key_padding_mask, is_causal, positions, need_weights=False)[0]
+
+    def forward_with_attention(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The output and, per layer, the attention weights ``[B, H, T, T]`` of the same pass."""
+        return self._run(x, attn_mask, key_padding_mask, is_causal, positions, need_weights=True)
+
+    def get_attention_maps(
+        self,
+        x: Tensor,
+        *,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> list[Tensor]:
+        """Per layer, the attention weights ``[B, H, T, T]`` for input ``x``."""
+        return self.forward_with_attention(
+            x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal
+        )[1]
+
+    def _run(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+        positions: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, list[Tensor]]:
+        prepared = self._prepare_self(
+            x, attn_mask, key_padding_mask, is_causal, need_weights, 0, positions, ("attn_mask", "key_padding_mask")
+        )
+        maps: list[Tensor] = []
+        for layer in self.layers:
+            x, weights = layer(x, need_weights=need_weights, prepared=prepared)
+            if weights is not None:
+                maps.append(weights)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, maps
+
+
+class TransformerDecoder(_Stack):
+    """A stack of ``spec.num_layers`` :class:`DecoderBlock` s, built from a :class:`StackSpec`.
+
+    With ``spec.cross_attention=False`` the blocks have no cross-attention: the stack of a
+    decoder-only (GPT-style) language model. Incremental decoding: ``cache = decoder.new_cache()``,
+    then call the decoder with only the new positions and ``cache=cache``.
+    """
+
+    def __init__(self, spec: StackSpec) -> None:
+        super().__init__(spec, DecoderBlock)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding with this stack."""
+        return DecoderCache(len(self.layers))
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        tgt_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = True,
+        cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """``x [B, T, D]`` (only the new positions when ``cache`` is given) -> ``[B, T, D]``.
+
+        Masks as :meth:`DecoderBlock.forward` (True = may attend); ``positions`` (``[T]`` or ``[B, T]``)
+        are the rotary positions of the new tokens (default ``past .. past + T - 1``).
+        """
+        out, _, _ = self._run(
+            x,
+            memory,
+            tgt_mask,
+            tgt_key_padding_mask,
+            memory_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            cache,
+            positions,
+            False,
+        )
+        return out
+
+    def forward_with_attention(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        tgt_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = True,
+        cache: DecoderCache | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The output and, per layer, self-attention ``[B, H, Tq, Tk]`` and cross-attention
+        ``[B, H, Tq, Tm]`` weights of the same pass (the cross list is empty without cross-attention)."""
+        return self._run(
+            x,
+            memory,
+            tgt_mask,
+            tgt_key_padding_mask,
+            memory_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            cache,
+            positions,
+            True,
+        )
+
+    def get_attention_maps(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        **kwargs: object,
+    ) -> dict[str, list[Tensor]]:
+        """``{"self": [per-layer [B, H, Tq, Tk]], "cross": [per-layer [B, H, Tq, Tm]]}``."""
+        _, self_maps, cross_maps = self.forward_with_attention(x, memory, **kwargs)  # type: ignore[arg-type]
+        return {"self": self_maps, "cross": cross_maps}
+
+    def _run(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        tgt_mask: Tensor | None,
+        tgt_key_padding_mask: Tensor | None,
+        memory_mask: Tensor | None,
+        memory_key_padding_mask: Tensor | None,
+        tgt_is_causal: bool,
+        cache: DecoderCache | None,
+        positions: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        if cache is not None and len(cache.layers) != len(self.layers):
+            raise ValueError(
+                f"cache has {len(cache.layers)} layers, the decoder {len(self.layers)}: use decoder.new_cache()"
+            )
+        past = cache.length if cache is not None else 0
+        prepared_self = self._prepare_self(
+            x,
+            tgt_mask,
+            tgt_key_padding_mask,
+            tgt_is_causal,
+            need_weights,
+            past,
+            positions,
+            ("tgt_mask", "tgt_key_padding_mask"),
+        )
+        prepared_cross = None
+        memory_len = _memory_length(memory, cache)
+        if memory_len is not None:
+            prepared_cross = prepare_attention(
+                memory_mask,
+                memory_key_padding_mask,
+                batch=x.shape[0],
+                q_len=x.shape[1],
+                k_len=memory_len,
+                num_heads=self.num_heads,
+                need_weights=need_weights,
+                dtype=x.dtype,
+                device=x.device,
+                names=("memory_mask", "memory_key_padding_mask"),
+            )
+        self_maps: list[Tensor] = []
+        cross_maps: list[Tensor] = []
+        for i, layer in enumerate(self.layers):
+            x, self_w, cross_w = layer(
+                x,
+                memory,
+                need_weights=need_weights,
+                cache=cache.layers[i] if cache is not None else None,
+                prepared_self=prepared_self,
+                prepared_cross=prepared_cross,
+            )
+            if self_w is not None:
+                self_maps.append(self_w)
+            if cross_w is not None:
+                cross_maps.append(cross_w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, self_maps, cross_maps
+
+
+def _memory_length(memory: Tensor | None, cache: DecoderCache | None) -> int | None:
+    """Length of the cross-attention keys: the memory's, or the cached one's; ``None`` without either."""
+    if memory is not None and memory.dim() == 3:
+        return memory.shape[1]
+    if cache is not None and cache.layers and not cache.layers[0].cross_attn.empty:
+        return cache.layers[0].cross_attn.length
+    return None
