@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.nn import (
+    BlockSpec,
     EncoderBlock,
     MultiHeadAttention,
     SinusoidalPositionalEncoding,
@@ -270,7 +271,7 @@ plot_attention([w[0]], tokens[0], tokens[0], title="An untrained MultiHeadAttent
 perm = torch.tensor([3, 0, 5, 1, 4, 2])
 y, _ = mha(x)
 y_of_permuted, _ = mha(x[:, perm])
-block = EncoderBlock(d_model=16, num_heads=4, dim_feedforward=32, dropout=0.0).eval()
+block = EncoderBlock(BlockSpec(d_model=16, num_heads=4, dim_feedforward=32, dropout=0.0)).eval()
 z, _ = block(x)
 z_of_permuted, _ = block(x[:, perm])
 print("attention: max |f(x[perm]) - f(x)[perm]| =", (y_of_permuted - y[:, perm]).abs().max().item())

@@ -67,7 +67,11 @@ class EncoderConfig(StrictModel):
     num_heads: int = Field(4, gt=0, description="attention heads; must divide d_model unless head_dim is set")
     num_layers: int = Field(2, gt=0, description="encoder blocks")
     dim_feedforward: int = Field(512, gt=0, description="hidden width of the feed-forward network")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout in attention, feed-forward and residuals")
+    dropout: float = Field(
+        0.1,
+        description="dropout in attention, feed-forward and residuals, in [0, 1)",
+        json_schema_extra={"minimum": 0.0, "exclusiveMaximum": 1.0},  # (checked by _check, one message)
+    )
     activation: Annotated[str, OneOf(ACTIVATIONS)] = Field(
         "relu", description="feed-forward: swiglu is LLaMA's gated MLP down(silu(gate(x)) * up(x))"
     )
@@ -92,7 +96,7 @@ class EncoderConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> EncoderConfig:
-        # Checked here as well as by the Field constraints (a family's defaults keep both).
+        # Checked here rather than by Field constraints: one message, whatever the family.
         for name in ("d_model", "num_heads", "num_layers", "dim_feedforward"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
