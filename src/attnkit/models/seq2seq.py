@@ -106,7 +106,6 @@ class Seq2SeqTransformer(nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
         )
-        # One positional encoding per side (a learned one: one table per side).
         spec = config.stack_spec(positional=config.positional, max_len=config.max_len)
         self.src_positional = embedding_positions(spec)
         self.tgt_positional = embedding_positions(spec)
@@ -263,7 +262,6 @@ class Seq2SeqTransformer(nn.Module):
         return self.forward_with_attention(src, tgt_in, src_padding_mask, tgt_padding_mask)[1]
 
 
-# ====================================================================== decoding
 @dataclass
 class Hypotheses:
     """Decoded target sequences of a batch.
