@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,27 @@ def test_no_import_cycles_between_parts() -> None:
     for module, targets in GRAPH.items():
         parts.setdefault(_part(module), set()).update(_part(t) for t in targets if _part(t) != _part(module))
     assert not _cycles(parts), f"parts of attnkit that import each other: {_cycles(parts)}"
+
+
+def documented_layers(text: str) -> dict[str, int]:
+    """The layer table of docs/development.md (rows ``| 3 | `attnkit.data`, `attnkit.interop` |``) as
+    ``{part: layer}`` (the package root ``attnkit`` as ``""``)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or not cells[0].isdigit():
+            continue
+        for name in re.findall(r"`(attnkit(?:\.[a-z_]+)?)`", cells[1]):
+            out[name.partition(".")[2]] = int(cells[0])
+    return out
+
+
+def test_the_documented_layers_are_the_checked_ones() -> None:
+    docs = SRC.parents[1] / "docs" / "development.md"
+    documented = documented_layers(docs.read_text())
+    checked = {**LAYERS, "": 6}
+    assert documented == checked, f"docs/development.md's layer table differs from LAYERS in {__file__}"
+    assert documented_layers("| 2 | `attnkit.models` |\n| x | `attnkit.nn` |") == {"models": 2}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -12,7 +12,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from attnkit.models.lora import is_lora
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
-from attnkit.training.task import C, Task, TaskConfig
+from attnkit.training.task import C, LoadedRun, Task, TaskConfig
 from attnkit.version import __version__
 
 __all__ = ["LoadedRun", "TrainResult", "build_module", "evaluate", "fit", "load_run", "resolve_checkpoint"]
@@ -51,16 +51,6 @@ class TrainResult:
     @property
     def model(self) -> torch.nn.Module:
         return self.module.model
-
-
-@dataclass
-class LoadedRun:
-    task: Task[Any]
-    config: TaskConfig
-    module: TaskModule
-    checkpoint: Path
-    run_dir: Path | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
 
 
 class StepCheckpoint(Callback):
@@ -176,7 +166,7 @@ def build_module(task: Task[C], cfg: C, datamodule: Any, *, init_weights: bool =
     ``init_weights``) its starting weights from :meth:`Task.init_weights` (e.g. pretrained ones)."""
     spec = task.model_spec(cfg, datamodule)
     artifacts = datamodule.artifacts() if hasattr(datamodule, "artifacts") else {}
-    module = task.module_cls(
+    module = task.module_class()(
         task=task.name,
         config=cfg.model_dump(mode="json"),
         model={"name": spec.name, "config": spec.config},
@@ -338,7 +328,7 @@ def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> Lo
         raise CheckpointError(f"{ckpt} is a run of task {name!r}, which is not one of the tasks {sorted(tasks)}")
     cfg = task.config(hparams["config"], source=f"config stored in {ckpt}")
     try:
-        module = task.module_cls(**hparams)
+        module = task.module_class()(**hparams)
         if is_lora(module.model):
             load_lora_base(task, module, cfg, ckpt)
         module.on_load_checkpoint(checkpoint)

@@ -12,21 +12,33 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import lightning as L
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
-from attnkit.config import StrictModel, validate_config
+from attnkit.config import StrictModel, merge, validate_config
 from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import TaskModule
 
-__all__ = ["AttentionExample", "ModelSpec", "Task", "TaskConfig"]
+if TYPE_CHECKING:  # annotations only: describing a task must not import Lightning (`attnkit tasks`)
+    import lightning as L
+
+    from attnkit.training.module import TaskModule
+
+__all__ = ["AttentionExample", "LoadedRun", "ModelSpec", "Task", "TaskConfig"]
 
 
 class TaskConfig(StrictModel):
-    """Sections every task has; tasks add ``model`` and ``data``."""
+    """Sections every task has; tasks add ``model`` and ``data``.
+
+    A task's own defaults are its config class's :attr:`defaults`: per section, the values that differ
+    from that section's class defaults (``{"optim": {"lr": 5e-4}, "model": {"d_model": 32}}``), declared
+    once, never by re-declaring a field in a subclass. A section given as a mapping (YAML, the command
+    line, ``model_validate``) is merged over the task's defaults for it, so ``{"model": {"d_model": 64}}``
+    keeps the task's other model defaults; a section given as a config object is used as it is.
+    """
+
+    defaults: ClassVar[dict[str, Any]] = {}
 
     seed: int = Field(42, description="seeds Python, NumPy and torch (and data-loader workers)")
     output_dir: str = Field("runs", description="runs are written to <output_dir>/<task>/<run-id>/")
@@ -35,6 +47,31 @@ class TaskConfig(StrictModel):
     )
     optim: OptimConfig = OptimConfig()
     trainer: TrainerConfig = TrainerConfig()
+
+    @classmethod
+    def task_defaults(cls) -> dict[str, Any]:
+        """The task's defaults: :attr:`defaults` of this class and its bases, merged (subclasses win)."""
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            own = klass.__dict__.get("defaults")
+            if isinstance(own, dict):
+                out = merge(out, own)
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_task_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for section, values in cls.task_defaults().items():
+            given = out.get(section)
+            if section not in out:
+                out[section] = values
+            elif isinstance(given, dict) and isinstance(values, dict):
+                out[section] = merge(values, given)
+            # a config object (BaseModel) or anything else is validated as given
+        return out
 
 
 C = TypeVar("C", bound=TaskConfig)
@@ -62,12 +99,16 @@ class Task(Generic[C]):
     name: ClassVar[str]
     summary: ClassVar[str]
     config_cls: type[C]
-    module_cls: ClassVar[type[TaskModule]]
     # The metric that picks the best checkpoint (and early stopping): (logged name, "max" or "min").
     # It must be one the module logs (``<stage>/loss`` or ``<stage>/<name>`` of its metrics()).
     monitor: ClassVar[tuple[str, str]] = ("val/acc", "max")
     # Inputs are feature vectors that a run standardises with its training statistics (``--standardized``).
     feature_inputs: ClassVar[bool] = False
+
+    def module_class(self) -> type[TaskModule]:
+        """The :class:`~attnkit.training.module.TaskModule` that trains this task's model. Imported when
+        called (it is a LightningModule), so that listing and describing tasks does not import Lightning."""
+        raise NotImplementedError
 
     def config(self, data: dict[str, Any], *, source: str = "config") -> C:
         """``data`` validated into this task's config class (a :class:`~attnkit.errors.ConfigError` naming
@@ -140,3 +181,17 @@ class AttentionExample:
     probabilities: list[float] | None = None
     target: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedRun:
+    """A trained run rebuilt from its folder or checkpoint (:func:`attnkit.training.runner.load_run`): its task,
+    resolved config, trained module (in eval mode), the checkpoint file, the run folder (None for a lone
+    checkpoint file) and the checkpoint's hyper-parameters."""
+
+    task: Task[Any]
+    config: TaskConfig
+    module: TaskModule
+    checkpoint: Path
+    run_dir: Path | None = None
+    hparams: dict[str, Any] = field(default_factory=dict)

@@ -120,7 +120,7 @@ window.addEventListener("load", function () {
 
 
 def render_report(run: str | Path | Any, *, num_examples: int = 3, sections: Sequence[ReportSection] = ()) -> str:
-    """The report's HTML for a run folder (or a :class:`~attnkit.training.runner.LoadedRun` with a run
+    """The report's HTML for a run folder (or a :class:`~attnkit.training.task.LoadedRun` with a run
     folder). ``sections`` are added at the end (e.g. a tuning study's summary)."""
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     if loaded.run_dir is None:

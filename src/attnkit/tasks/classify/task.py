@@ -4,38 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import Tensor
 
-from attnkit.data.base import chunks, numbered_inputs
-from attnkit.data.text import (
-    SUPPORTED_TABLE_SUFFIXES,
-    ClassifyDataConfig,
-    TextClassificationDataModule,
-    read_column,
-)
+from attnkit.data.collate import chunks
+from attnkit.data.readers.lines import numbered_inputs
+from attnkit.data.classify.config import ClassifyDataConfig
+from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column
 from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
 from attnkit.models import BertClassifierConfig, ClassifierConfig
 from attnkit.models.config import EncoderConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
-from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.tasks.registry import register_task
 
-__all__ = ["ClassifyConfig", "ClassifyModule", "ClassifyTask"]
+if TYPE_CHECKING:
+    from attnkit.data.classify.module import TextClassificationDataModule
+    from attnkit.training.module import TaskModule
+
+__all__ = ["ClassifyConfig", "ClassifyTask"]
 
 
 class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
-    d_model: int = 64
-    num_heads: int = 4
-    num_layers: int = 2
-    dim_feedforward: int = 128
-    dropout: float = 0.1
     positional: Literal["learned", "sinusoidal"] = "learned"
     pooling: Literal["mean", "cls"] = "mean"
     init: str | None = Field(
@@ -47,30 +40,31 @@ class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
 
 
 class ClassifyConfig(TaskConfig):
+    defaults: ClassVar[dict[str, Any]] = {
+        "model": {"d_model": 64, "dim_feedforward": 128},
+        "optim": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.01, "warmup": 100, "gradient_clip_val": 1.0},
+        "trainer": {"max_epochs": 5, "batch_size": 32},
+    }
     model: ClassifyModelConfig = ClassifyModelConfig()
     data: ClassifyDataConfig = ClassifyDataConfig()
-    optim: OptimConfig = OptimConfig(optimizer="adamw", lr=1e-3, weight_decay=0.01, warmup=100, gradient_clip_val=1.0)
-    trainer: TrainerConfig = TrainerConfig(max_epochs=5, batch_size=32)
 
 
-class ClassifyModule(ClassifierModule):
-    lora_train_modules = ("head",)  # the new head is trained in full with model.lora
-
-    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        ids, mask, labels = batch
-        logits = self.model(ids, mask)
-        return F.cross_entropy(logits, labels), logits, labels
-
-
+@register_task
 class ClassifyTask(Task[ClassifyConfig]):
     name = "classify"
     summary = "text classification: IMDB folders, CSV/TSV/JSONL files, or a built-in generated corpus"
     config_cls = ClassifyConfig
-    module_cls = ClassifyModule
+
+    def module_class(self) -> type[TaskModule]:
+        from attnkit.tasks.classify.module import ClassifyModule
+
+        return ClassifyModule
 
     def build_datamodule(
         self, cfg: ClassifyConfig, artifacts: dict[str, Any] | None = None
     ) -> TextClassificationDataModule:
+        from attnkit.data.classify.module import TextClassificationDataModule
+
         t = cfg.trainer
         if artifacts:
             return TextClassificationDataModule.from_artifacts(cfg.data, artifacts, t.batch_size, t.num_workers)
@@ -130,6 +124,8 @@ class ClassifyTask(Task[ClassifyConfig]):
         self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
     ) -> TextClassificationDataModule:
         """A .csv/.tsv/.jsonl file with the run's ``data.text_column`` and ``data.label_column``."""
+        from attnkit.data.classify.module import TextClassificationDataModule
+
         return TextClassificationDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
 
     def predict_file(

@@ -5,16 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
-from torchmetrics import SumMetric
 
-from attnkit.data.base import numbered_inputs
-from attnkit.data.lm import IGNORE_INDEX, LanguageModelDataModule, LMDataConfig, pack_documents, tokenizer_of
+from attnkit.data.readers.lines import numbered_inputs
+from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents
+from attnkit.data.lm.config import LMDataConfig
+from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import load_model, read_model_info
@@ -22,14 +23,15 @@ from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
-from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import ClassifierModule, TaskModule
-from attnkit.training.runner import load_run
+from attnkit.tasks.registry import register_task
+
+if TYPE_CHECKING:
+    from attnkit.data.lm.module import LanguageModelDataModule
+    from attnkit.training.module import TaskModule
 
 __all__ = [
     "LMConfig",
     "LMModelConfig",
-    "LanguageModelModule",
     "LanguageModelTask",
     "generate_from_run",
     "generate_text",
@@ -40,12 +42,6 @@ class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
     """A small character-level GPT that learns the built-in corpus in a couple of minutes on a CPU
     (no dropout: a short run on a large corpus does not overfit, and dropout slows a CPU step ~1.5x)."""
 
-    d_model: int = 128
-    num_heads: int = 4
-    num_layers: int = 3
-    dim_feedforward: int = 512
-    dropout: float = 0.0
-    max_len: int = 64
     init: str | None = Field(
         None,
         description="start from a trained language model: an attnkit lm run (folder or checkpoint) or an "
@@ -55,79 +51,37 @@ class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
 
 
 class LMConfig(TaskConfig):
+    defaults: ClassVar[dict[str, Any]] = {
+        "model": {
+            "d_model": 128,
+            "num_heads": 4,
+            "num_layers": 3,
+            "dim_feedforward": 512,
+            "dropout": 0.0,
+            "max_len": 64,
+        },
+        "optim": {"optimizer": "adamw", "lr": 2e-3, "weight_decay": 0.01, "warmup": 100, "gradient_clip_val": 1.0},
+        "trainer": {"max_epochs": 2, "batch_size": 32},
+    }
     model: LMModelConfig = LMModelConfig()
     data: LMDataConfig = LMDataConfig()
-    optim: OptimConfig = OptimConfig(optimizer="adamw", lr=2e-3, weight_decay=0.01, warmup=100, gradient_clip_val=1.0)
-    trainer: TrainerConfig = TrainerConfig(max_epochs=2, batch_size=32)
 
 
-class LanguageModelModule(ClassifierModule):
-    """Next-token cross-entropy (ignored targets: padding and ``<bos>``); logs besides
-    ``loss``/``acc`` (next-token accuracy) the split's perplexity ``ppl = exp(mean loss per
-    token)`` and bits per character ``bpc = total loss in bits / characters of the text predicted``
-    (each document's characters plus one for its end, predicted as ``<eos>``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # Summed over every batch of every process (torchmetrics adds the processes' sums), in
-        # float64 so that the order of the additions does not show in the figures.
-        self.nll_sum = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
-        self.token_count = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
-        self._batch_nll: tuple[Tensor, int] | None = None
-
-    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        inputs, targets = batch
-        logits = self.model(inputs)
-        keep = targets != IGNORE_INDEX
-        logits, targets = logits[keep], targets[keep]
-        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
-        count = int(targets.numel())
-        self._batch_nll = (nll.detach(), count)
-        return nll / max(count, 1), logits, targets
-
-    def _accumulate(self, stage: str) -> None:
-        assert self._batch_nll is not None
-        nll, count = self._batch_nll
-        self.nll_sum[stage].update(nll)
-        self.token_count[stage].update(torch.tensor(float(count), device=nll.device))
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        super().validation_step(batch, batch_idx)
-        self._accumulate("val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        super().test_step(batch, batch_idx)
-        self._accumulate("test")
-
-    def _log_text_metrics(self, stage: str) -> None:
-        nll, count = self.nll_sum[stage].compute(), self.token_count[stage].compute()
-        self.nll_sum[stage].reset()
-        self.token_count[stage].reset()
-        if self.trainer.sanity_checking or float(count) == 0:
-            return
-        # nll and count are the whole split's (summed over the processes), so the figures are the
-        # same on every process; the "max" sync keeps them bit-exact and tells Lightning they are global.
-        self.log(f"{stage}/ppl", torch.exp(nll / count), sync_dist=True, reduce_fx="max")
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if isinstance(datamodule, LanguageModelDataModule) and datamodule.documents:
-            bpc = nll / math.log(2) / datamodule.num_chars(stage)
-            self.log(f"{stage}/bpc", bpc, sync_dist=True, reduce_fx="max")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_text_metrics("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_text_metrics("test")
-
-
+@register_task
 class LanguageModelTask(Task[LMConfig]):
     name = "lm"
     summary = "language modelling and text generation: any UTF-8 text file, or a built-in generated corpus"
     config_cls = LMConfig
-    module_cls = LanguageModelModule
     monitor = ("val/loss", "min")
 
+    def module_class(self) -> type[TaskModule]:
+        from attnkit.tasks.lm.module import LanguageModelModule
+
+        return LanguageModelModule
+
     def build_datamodule(self, cfg: LMConfig, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
+        from attnkit.data.lm.module import LanguageModelDataModule
+
         kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
@@ -171,6 +125,8 @@ class LanguageModelTask(Task[LMConfig]):
         self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
     ) -> LanguageModelDataModule:
         """A UTF-8 text file (or a folder of ``*.txt`` files), cut into documents as ``data.split_on`` says."""
+        from attnkit.data.lm.module import LanguageModelDataModule
+
         return LanguageModelDataModule.for_test_file(
             cfg.data, artifacts, path, block=cfg.model.max_len, batch_size=batch_size
         )
@@ -262,6 +218,8 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
             "starts from an attnkit lm run (or an `attnkit export` folder of one). Load Hugging Face decoders with "
             "attnkit.interop.load_pretrained"
         )
+    from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
+
     loaded = load_run(folder, LanguageModelTask())
     model = merge_lora(loaded.module.model)
     assert isinstance(model, LanguageModel)
@@ -390,6 +348,8 @@ def _stream_one(
 
 def generate_from_run(run: str | Path, prompt: str | Sequence[str] = "", **kwargs: Any) -> list[str]:
     """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
+    from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
+
     loaded = load_run(run, LanguageModelTask())
     tokenizer = tokenizer_of(loaded.hparams["artifacts"])
     return generate_text(loaded.module.model, tokenizer, prompt, **kwargs)  # type: ignore[arg-type]

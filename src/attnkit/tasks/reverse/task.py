@@ -4,62 +4,60 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.base import TestDataModule, chunks, numbered_inputs
-from attnkit.data.synthetic import BatchedTensorDataset, ReverseDataConfig, ReverseDataModule, identity_collate
+from attnkit.data.collate import chunks
+from attnkit.data.readers.lines import numbered_inputs
+from attnkit.data.collate import BatchedTensorDataset, identity_collate
+from attnkit.data.reverse.config import ReverseDataConfig
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
-from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.tasks.registry import register_task
 
-__all__ = ["ReverseConfig", "ReverseModule", "ReverseTask"]
+if TYPE_CHECKING:
+    from attnkit.data.base import TestDataModule
+    from attnkit.data.reverse.module import ReverseDataModule
+    from attnkit.training.module import TaskModule
+
+__all__ = ["ReverseConfig", "ReverseTask"]
 
 
 class ReverseModelConfig(EncoderConfig):
-    """The tutorial's model: width 32, one head, one layer, no dropout."""
+    """An encoder stack and its positional encoding."""
 
-    d_model: int = 32
-    num_heads: int = 1
-    num_layers: int = 1
-    dim_feedforward: int = 64
-    dropout: float = 0.0
     positional: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
 
 
 class ReverseConfig(TaskConfig):
+    # The tutorial's model: width 32, one head, one layer, no dropout.
+    defaults: ClassVar[dict[str, Any]] = {
+        "model": {"d_model": 32, "num_heads": 1, "num_layers": 1, "dim_feedforward": 64, "dropout": 0.0},
+        "optim": {"lr": 5e-4, "warmup": 50, "gradient_clip_val": 5.0},
+        "trainer": {"max_epochs": 10, "batch_size": 128},
+    }
     model: ReverseModelConfig = ReverseModelConfig()
     data: ReverseDataConfig = ReverseDataConfig()
-    optim: OptimConfig = OptimConfig(lr=5e-4, warmup=50, gradient_clip_val=5.0)
-    trainer: TrainerConfig = TrainerConfig(max_epochs=10, batch_size=128)
 
 
-class ReverseModule(ClassifierModule):
-    """One-hot symbols in, a class per position out; cross-entropy over all positions."""
-
-    def forward(self, inputs: Tensor) -> Tensor:  # type: ignore[override]
-        num_categories = self.model.config.input_dim
-        return self.model(F.one_hot(inputs, num_categories).float())
-
-    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        inputs, labels = batch
-        logits = self(inputs)
-        logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-        return F.cross_entropy(logits, labels), logits, labels
-
-
+@register_task
 class ReverseTask(Task[ReverseConfig]):
     name = "reverse"
     summary = "reverse random sequences of symbols (per-element prediction, built-in data)"
     config_cls = ReverseConfig
-    module_cls = ReverseModule
+
+    def module_class(self) -> type[TaskModule]:
+        from attnkit.tasks.reverse.module import ReverseModule
+
+        return ReverseModule
 
     def build_datamodule(self, cfg: ReverseConfig, artifacts: dict[str, Any] | None = None) -> ReverseDataModule:
+        from attnkit.data.reverse.module import ReverseDataModule
+
         return ReverseDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
 
     def model_spec(self, cfg: ReverseConfig, datamodule: Any) -> ModelSpec:
@@ -87,6 +85,8 @@ class ReverseTask(Task[ReverseConfig]):
     ) -> TestDataModule:
         """A text file of sequences, one per line (symbols separated by spaces, as for :meth:`predict`);
         each sequence's label is the sequence reversed."""
+        from attnkit.data.base import TestDataModule
+
         _, inputs = _read_sequences(path, cfg.data.num_categories, cfg.data.seq_len)
         return TestDataModule(BatchedTensorDataset(inputs, inputs.flip(-1)), batch_size, identity_collate)
 

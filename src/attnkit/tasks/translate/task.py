@@ -1,33 +1,32 @@
-"""Translation with the encoder–decoder Transformer: built-in English->Spanish numbers or a Tatoeba pairs file."""
+"""Translation with the encoder–decoder Transformer: built-in English->Spanish numbers or a Tatoeba pairs file
+(its config: :mod:`attnkit.tasks.translate.config`; its LightningModule: :mod:`attnkit.tasks.translate.module`)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
-from pydantic import Field, model_validator
-from torch import Tensor
 
-from attnkit.config import StrictModel
-from attnkit.data.base import numbered_inputs, read_lines
-from attnkit.data.pairs import PairsDataConfig, PairsDataModule, tokenizers_from_artifacts
-from attnkit.data.tokenizers import EOS_ID, Tokenizer
-from attnkit.models.config import EncoderConfig
-from attnkit.models.seq2seq import Hypotheses, Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
-from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
-from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.distributed import gather_lists
-from attnkit.training.module import ClassifierModule, TaskModule
-from attnkit.training.runner import load_run
+from attnkit.data.readers.lines import numbered_inputs, read_lines
+from attnkit.data.tokenizers import EOS_ID
+from attnkit.models.seq2seq import Seq2SeqConfig
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task
+from attnkit.tasks.registry import register_task
+from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig, TranslateModelConfig
+from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_line
+
+if TYPE_CHECKING:
+    from attnkit.data.translate.module import PairsDataModule
+    from attnkit.tasks.translate.module import TranslateModule
+    from attnkit.training.module import TaskModule
 
 __all__ = [
     "DecodeConfig",
     "TranslateConfig",
-    "TranslateModule",
+    "TranslateModelConfig",
     "TranslateTask",
     "corpus_scores",
     "read_lines",
@@ -37,154 +36,6 @@ __all__ = [
 ]
 
 
-class TranslateModelConfig(EncoderConfig):
-    """The translator's size: ``num_layers`` encoder and ``num_decoder_layers`` decoder blocks."""
-
-    d_model: int = 64
-    num_heads: int = 4
-    num_layers: int = 2
-    num_decoder_layers: int | None = Field(None, gt=0, description="decoder blocks (default: num_layers)")
-    dim_feedforward: int = 256
-    dropout: float = 0.1
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    share_embeddings: bool = Field(True, description="one embedding matrix for both languages (data.shared_vocab)")
-    tie_output: bool = Field(True, description="the output projection reuses the target embedding")
-
-
-class DecodeConfig(StrictModel):
-    """How the test split (and ``attnkit translate``) is decoded."""
-
-    beam_size: int = Field(4, ge=1, description="1 = greedy decoding")
-    length_penalty: float = Field(1.0, description="beam score = log P / length ** length_penalty")
-    max_len: int | None = Field(
-        None, gt=0, description="most tokens to generate, EOS included (default data.max_len+1)"
-    )
-
-
-# The task's defaults are class defaults (not a default instance), so that overriding one key of
-# a section (`trainer.threads=1`) keeps the others.
-class TranslateOptimConfig(OptimConfig):
-    optimizer: Literal["adam", "adamw"] = "adamw"
-    lr: float = Field(2e-3, gt=0.0)
-    weight_decay: float = Field(0.01, ge=0.0)
-    warmup: int = Field(200, ge=0, description="linear warm-up steps (batches)")
-    gradient_clip_val: float | None = Field(1.0, gt=0.0, description="clip the gradient norm; null to disable")
-
-
-class TranslateTrainerConfig(TrainerConfig):
-    max_epochs: int = Field(5, gt=0)
-    batch_size: int = Field(64, gt=0)
-
-
-class TranslateConfig(TaskConfig):
-    model: TranslateModelConfig = TranslateModelConfig()
-    data: PairsDataConfig = PairsDataConfig()
-    decode: DecodeConfig = DecodeConfig()
-    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="cross-entropy label smoothing")
-    optim: TranslateOptimConfig = TranslateOptimConfig()
-    trainer: TranslateTrainerConfig = TranslateTrainerConfig()
-
-    @model_validator(mode="after")
-    def _check_sharing(self) -> TranslateConfig:
-        if self.model.share_embeddings and not self.data.shared_vocab:
-            raise ValueError(
-                "model.share_embeddings=true needs one vocabulary for both languages: set data.shared_vocab=true, "
-                "or model.share_embeddings=false"
-            )
-        return self
-
-
-# ====================================================================== decoding helpers
-def decode_batch(
-    model: Seq2SeqTransformer, src: Tensor, src_mask: Tensor, *, beam_size: int, length_penalty: float, max_len: int
-) -> Hypotheses:
-    """Greedy decoding for ``beam_size == 1``, else beam search."""
-    if beam_size == 1:
-        return greedy_decode(model, src, src_mask, max_len=max_len)
-    return beam_search(model, src, src_mask, beam_size=beam_size, max_len=max_len, length_penalty=length_penalty)
-
-
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Corpus BLEU and chrF (sacrebleu, 0-100, default settings) and the exact-match rate (0-1)."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    if not references:
-        return {"bleu": 0.0, "chrf": 0.0, "exact": 0.0}
-    hyps, refs = list(hypotheses), list(references)
-    return {
-        "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-        "chrf": sacrebleu.corpus_chrf(hyps, [refs]).score,
-        "exact": sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs),
-    }
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.splitlines())
-
-
-# ====================================================================== module
-class TranslateModule(ClassifierModule):
-    """Teacher-forced cross-entropy (label smoothing, padding ignored); token accuracy through
-    :class:`TaskModule`'s metric. At the end of a test run the test split is decoded (greedy or beam
-    search, per ``decode``) and BLEU, chrF and exact match are logged as ``test/bleu``,
-    ``test/chrf``, ``test/exact``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.hparams["config"]
-        self.label_smoothing = float(cfg.get("label_smoothing", 0.0))
-        self.decode_config = DecodeConfig.model_validate(cfg.get("decode", {}))
-        self.data_config = PairsDataConfig.model_validate(cfg["data"])
-        self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
-        self._hyps: list[str] = []
-        self._refs: list[str] = []
-
-    @property
-    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
-        """``(source, target)`` tokenizers, rebuilt from the checkpoint's artifacts."""
-        if self._tokenizers is None:
-            self._tokenizers = tokenizers_from_artifacts(self.hparams["artifacts"])
-        return self._tokenizers
-
-    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        src, src_mask, tgt_in, tgt_out, _ = batch
-        logits = self.model(src, tgt_in, src_mask)
-        valid = tgt_out != self.model.pad_id
-        logits, target = logits[valid], tgt_out[valid]
-        return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing), logits, target
-
-    def max_decode_len(self) -> int:
-        return self.decode_config.max_len or self.data_config.max_len + 1
-
-    def on_test_epoch_start(self) -> None:
-        self._hyps, self._refs = [], []
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        super().test_step(batch, batch_idx)
-        src, src_mask, _, _, index = batch
-        refs = self.trainer.datamodule.datasets["test"].refs  # type: ignore[attr-defined]
-        d = self.decode_config
-        hyps = decode_batch(
-            self.model, src, src_mask, beam_size=d.beam_size, length_penalty=d.length_penalty,
-            max_len=self.max_decode_len(),
-        )  # fmt: skip
-        tgt_tok = self.tokenizers[1]
-        self._hyps += [_one_line(tgt_tok.decode(ids)) for ids in hyps.token_lists()]
-        self._refs += [refs[i] for i in index.tolist()]
-
-    def on_test_epoch_end(self) -> None:
-        # A corpus score is not a mean of per-process scores: in a multi-process run every process
-        # gathers all translations and references and scores the whole test split (sacrebleu sums
-        # the statistics of every sentence). The figures are then identical on every process; the
-        # "max" sync keeps them bit-exact and tells Lightning they are global.
-        hyps, refs = gather_lists(self._hyps), gather_lists(self._refs)
-        for name, value in corpus_scores(hyps, refs).items():
-            self.log(f"test/{name}", torch.tensor(value, dtype=torch.float64), sync_dist=True, reduce_fx="max")
-
-
-# ====================================================================== translating user text
 def _source_ids(module: TranslateModule, text: str) -> tuple[list[int], int]:
     """Encoder input for ``text`` (prepared as the training data, cut to ``data.max_len``, + EOS)
     and its token count before cutting."""
@@ -218,6 +69,8 @@ def translate_scored(
     """
     if isinstance(texts, str):
         raise TypeError("translate_texts expects a list of texts, got a single str")
+    from attnkit.tasks.translate.module import TranslateModule
+
     if not isinstance(module, TranslateModule):
         raise ValueError(f"this is a {module.hparams.get('task')!r} run; translating needs a 'translate' run")
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
@@ -254,7 +107,7 @@ def translate_scored(
                 max_len=module.max_decode_len(),
             )  # fmt: skip
             for (i, _), ids, log_prob in zip(chunk, hyps.token_lists(), hyps.log_probs.tolist()):
-                out[i] = (_one_line(tgt_tok.decode(ids)), log_prob)
+                out[i] = (one_line(tgt_tok.decode(ids)), log_prob)
     finally:
         model.train(was_training)
     return out
@@ -268,19 +121,27 @@ def translate_run(
     warn: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Load a translate run (folder or checkpoint) and translate ``texts`` (see :func:`translate_texts`)."""
+    from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
+
     loaded = load_run(run, TranslateTask())
     return translate_texts(loaded.module, texts, beam_size=beam_size, warn=warn)
 
 
-# ====================================================================== task
+@register_task
 class TranslateTask(Task[TranslateConfig]):
     name = "translate"
     summary = "translation with an encoder-decoder Transformer: Tatoeba pairs files or built-in English->Spanish"
     config_cls = TranslateConfig
-    module_cls = TranslateModule
     monitor = ("val/acc", "max")  # teacher-forced token accuracy: cheap, and follows the exact-match rate
 
+    def module_class(self) -> type[TaskModule]:
+        from attnkit.tasks.translate.module import TranslateModule
+
+        return TranslateModule
+
     def build_datamodule(self, cfg: TranslateConfig, artifacts: dict[str, Any] | None = None) -> PairsDataModule:
+        from attnkit.data.translate.module import PairsDataModule
+
         t = cfg.trainer
         if artifacts:
             return PairsDataModule.from_artifacts(cfg.data, artifacts, t.batch_size, t.num_workers)
@@ -306,6 +167,8 @@ class TranslateTask(Task[TranslateConfig]):
         self, cfg: Any, artifacts: dict[str, Any], path: str | Path, *, batch_size: int, standardized: bool = False
     ) -> PairsDataModule:
         """A tab-separated pairs file (``source<TAB>reference``, as ``data.source``)."""
+        from attnkit.data.translate.module import PairsDataModule
+
         return PairsDataModule.for_test_file(cfg.data, artifacts, path, batch_size)
 
     def predict_file(
@@ -354,7 +217,7 @@ class TranslateTask(Task[TranslateConfig]):
             maps = model.get_attention_maps(src, tgt_in)["cross"]
             key_labels = [src_tok.decode([i], skip_special=False) for i in ids]
             query_labels = [tgt_tok.decode([int(i)], skip_special=False) for i in out_ids]
-            title = f"translate, {name}: {_one_line(tgt_tok.decode(out_ids))!r}"
+            title = f"translate, {name}: {one_line(tgt_tok.decode(out_ids))!r}"
             out.append(
                 AttentionExample(
                     [m[0].cpu() for m in maps], query_labels, key_labels, title, "output token", "source token"

@@ -4,68 +4,60 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.base import TestDataModule
-from attnkit.data.sets import (
-    AnomalyDataConfig,
-    SetAnomalyDataModule,
-    read_sets,
-    read_test_sets,
-    standardize_like_run,
-)
-from attnkit.data.synthetic import BatchedTensorDataset, identity_collate
+from attnkit.data.anomaly.config import AnomalyDataConfig
+from attnkit.data.anomaly.features import read_test_sets, standardize_like_run
+from attnkit.data.readers.arrays import read_sets
+from attnkit.data.collate import BatchedTensorDataset, identity_collate
 from attnkit.models import PredictorConfig
 from attnkit.models.config import EncoderConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
-from attnkit.training.config import OptimConfig, TrainerConfig
-from attnkit.training.module import ClassifierModule, TaskModule
+from attnkit.tasks.registry import register_task
 
-__all__ = ["AnomalyConfig", "AnomalyModule", "AnomalyTask"]
+if TYPE_CHECKING:
+    from attnkit.data.base import TestDataModule
+    from attnkit.data.anomaly.module import SetAnomalyDataModule
+    from attnkit.training.module import TaskModule
+
+__all__ = ["AnomalyConfig", "AnomalyTask"]
 
 
 class AnomalyModelConfig(EncoderConfig):
     """No positional encoding: the model is permutation-equivariant over the set."""
 
-    d_model: int = 128
-    num_heads: int = 4
-    num_layers: int = 2
-    dim_feedforward: int = 256
-    dropout: float = 0.1
     input_dropout: float = 0.1
 
 
 class AnomalyConfig(TaskConfig):
+    defaults: ClassVar[dict[str, Any]] = {
+        "model": {"dim_feedforward": 256},
+        "data": {"train_sets": 4000},
+        "optim": {"lr": 5e-4, "warmup": 100, "gradient_clip_val": 5.0},
+        "trainer": {"max_epochs": 15, "batch_size": 64},
+    }
     model: AnomalyModelConfig = AnomalyModelConfig()
-    data: AnomalyDataConfig = AnomalyDataConfig(train_sets=4000)
-    optim: OptimConfig = OptimConfig(lr=5e-4, warmup=100, gradient_clip_val=5.0)
-    trainer: TrainerConfig = TrainerConfig(max_epochs=15, batch_size=64)
+    data: AnomalyDataConfig = AnomalyDataConfig()
 
 
-class AnomalyModule(ClassifierModule):
-    """A score per set element; softmax over the set's positions picks the odd one out."""
-
-    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
-        return self.model(x).squeeze(-1)  # [B, N]
-
-    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        x, target = batch
-        logits = self(x)
-        return F.cross_entropy(logits, target), logits, target
-
-
+@register_task
 class AnomalyTask(Task[AnomalyConfig]):
     name = "anomaly"
     summary = "set anomaly detection: which item is of another class (digits built in; .npz/.pt; CIFAR-100)"
     config_cls = AnomalyConfig
-    module_cls = AnomalyModule
     feature_inputs = True
 
+    def module_class(self) -> type[TaskModule]:
+        from attnkit.tasks.anomaly.module import AnomalyModule
+
+        return AnomalyModule
+
     def build_datamodule(self, cfg: AnomalyConfig, artifacts: dict[str, Any] | None = None) -> SetAnomalyDataModule:
+        from attnkit.data.anomaly.module import SetAnomalyDataModule
+
         return SetAnomalyDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
 
     def model_spec(self, cfg: AnomalyConfig, datamodule: Any) -> ModelSpec:
@@ -106,6 +98,8 @@ class AnomalyTask(Task[AnomalyConfig]):
         """A .npz/.pt file of ``features [N, D]`` + ``labels [N]`` (``data.test_sets`` fixed sets are
         drawn from the items, as a run's test split is) or of ``sets [S, N, D]`` + ``targets [S]``;
         raw features are standardised with the run's training mean/std unless ``standardized``."""
+        from attnkit.data.base import TestDataModule
+
         sets, targets = read_test_sets(
             path, set_size=cfg.data.set_size, num_sets=cfg.data.test_sets, seed=cfg.data.seed
         )

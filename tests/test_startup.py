@@ -1,0 +1,45 @@
+"""Describing tasks, the command line's help and ``attnkit.viz`` do not import Lightning (only training,
+evaluating and loading a run do): ``benchmarks/startup.py --quick`` checks it on whole processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bench_helpers import run_quick
+
+
+def test_startup_benchmark_smoke(tmp_path):
+    done = run_quick("startup.py", tmp_path / "startup.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all checks passed" in done.stdout
+    results = json.loads((tmp_path / "startup.json").read_text())["results"]
+    assert [r["command"] for r in results] == ["attnkit tasks", "attnkit generate --help", "import attnkit.viz"]
+
+
+def test_describing_tasks_imports_no_lightning():
+    code = (
+        "import sys, attnkit.tasks, attnkit.viz\n"
+        "from attnkit.tasks import TASKS\n"
+        "assert sorted(TASKS) == ['anomaly', 'classify', 'lm', 'reverse', 'translate'], sorted(TASKS)\n"
+        "for task in TASKS.values():\n"
+        "    task.config_cls().model_dump()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_loading_the_task_module_imports_lightning():
+    """The other side: the check above would pass if nothing could ever import Lightning."""
+    code = (
+        "import sys\n"
+        "from attnkit.tasks import get_task\n"
+        "get_task('reverse').module_class()\n"
+        "print('lightning' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
