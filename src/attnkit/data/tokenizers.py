@@ -54,9 +54,7 @@ from attnkit.data.tokenizer_kinds import (
     UNK,
     UNK_ID,
     WORD_PATTERN,
-    KindSpec,
     TokenizerKind,
-    tokenizer_kind,
 )
 
 __all__ = [
@@ -67,17 +65,14 @@ __all__ = [
     "PAD",
     "PAD_ID",
     "SPECIAL_TOKENS",
-    "TOKENIZER_KINDS",
     "UNK",
     "UNK_ID",
     "WORD_PATTERN",
-    "KindSpec",
     "StreamDecoder",
     "Tokenizer",
     "TokenizerKind",
     "build_tokenizer",
     "tokenizer_from_dict",
-    "tokenizer_kind",
 ]
 
 FORMAT = "attnkit.tokenizer"
