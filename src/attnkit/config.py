@@ -19,9 +19,11 @@ __all__ = [
     "StrictModel",
     "UserPath",
     "allowed_keys",
+    "expand_dotted",
     "load_yaml",
     "merge",
     "parse_overrides",
+    "set_dotted",
     "validate_config",
 ]
 
@@ -80,14 +82,35 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if isinstance(value, str):
             with contextlib.suppress(ValueError):
                 value = float(value)
-        node = out
-        parts = key.replace("-", "_").split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
-        node[parts[-1]] = value
+        set_dotted(out, key.replace("-", "_"), value, source=f"override {item!r}")
         i += 1
+    return out
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any, *, source: str | None = None) -> dict[str, Any]:
+    """Set the dotted ``key`` of the nested dict ``tree`` to ``value`` (in place; returns ``tree``):
+    ``set_dotted({}, "model.d_model", 64)`` -> ``{"model": {"d_model": 64}}``. Missing sections are
+    created; a value already at ``key`` is replaced. A section on the way that holds a value, not a
+    mapping, is a :class:`ConfigError` ("``source`` conflicts with another override of ...";
+    ``source`` defaults to the key)."""
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source or repr(key)} conflicts with another override of {part!r}")
+    node[parts[-1]] = value
+    return tree
+
+
+def expand_dotted(mapping: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys to nested sections, the one way attnkit reads them (``attnkit.train(**overrides)``,
+    search spaces, :func:`parse_overrides`): ``{"model.d_model": 64, "optim": {"lr": 1e-3}}`` ->
+    ``{"model": {"d_model": 64}, "optim": {"lr": 1e-3}}``. Keys are applied in order with
+    :func:`merge`: a later key wins, and a section given twice (``"model.x"`` and ``"model"``) is merged."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        out = merge(out, set_dotted({}, key, value))
     return out
 
 

@@ -3,7 +3,7 @@ preemption and DDP read to see what the training loop really did (not what the c
 
     PROBE_DIR=dir PROBE_LABEL=cut [PROBE_PAUSE_AT=163] python probed_cli.py train reverse ...
 
-The probe is a Lightning callback added to the run's own (``attnkit.api.fit`` wrapped, nothing else
+The probe is a Lightning callback added to the run's own (``attnkit.api.runs.fit`` wrapped, nothing else
 changed). When a process ends, it writes ``<PROBE_DIR>/<label>-rank<r>.json``: its ``pid``, the
 ``world_size`` and ``global_rank`` its Trainer had, its exit ``code``, and ``steps``: one
 ``[epoch, batch_idx, global_step, lr, crc]`` per training batch it ran (the global step before the
@@ -156,15 +156,15 @@ def main() -> None:
     pause = os.environ.get("PROBE_PAUSE_AT")
     callback = probe(probe_dir, label, int(pause) if pause else None)
 
-    import attnkit.api
+    import attnkit.api.runs
     from attnkit.cli import main as cli
 
-    fit = attnkit.api.fit
+    fit = attnkit.api.runs.fit
 
     def probed_fit(*args: Any, callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
         return fit(*args, callbacks=[*(callbacks or []), callback], **kwargs)
 
-    attnkit.api.fit = probed_fit  # type: ignore[assignment]
+    attnkit.api.runs.fit = probed_fit  # type: ignore[assignment]
     code: Any = 0
     try:
         cli(sys.argv[1:])

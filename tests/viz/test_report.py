@@ -64,7 +64,7 @@ def test_a_failing_report_warns_and_keeps_the_trained_run(tmp_path: Path, monkey
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr("attnkit.api.write_report", broken)
+    monkeypatch.setattr("attnkit.api.runs.write_report", broken)
     overrides = {"data.train_size": 256, "data.val_size": 32, "data.test_size": 32, "data.seq_len": 8}
     with pytest.warns(UserWarning, match=r"could not write .*report.html \(RuntimeError: disk on fire\)"):
         result = attnkit.train(

@@ -13,7 +13,7 @@
 only (no tasks), so the classify task can start from pretrained weights (``model.init``).
 """
 
-from attnkit.interop.export import load_model, read_model_info, save_model
+from attnkit.interop.export import load_model, plain_model, read_model_info, save_model
 from attnkit.interop.hf_export import export_hf, hf_tokenizer
 from attnkit.interop.pretrained import (
     SUPPORTED_MODEL_TYPES,
@@ -34,6 +34,7 @@ __all__ = [
     "load_encoder",
     "load_model",
     "load_pretrained",
+    "plain_model",
     "pretrained_encoder_config",
     "pretrained_tokenizer",
     "read_model_info",

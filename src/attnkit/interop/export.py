@@ -23,9 +23,19 @@ from attnkit.config import validate_config
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import MODELS, build_model
+from attnkit.models.lora import is_lora, merge_lora
 from attnkit.version import __version__
 
-__all__ = ["FORMAT", "INFO_FILE", "MODEL_FILE", "load_model", "model_name", "read_model_info", "save_model"]
+__all__ = [
+    "FORMAT",
+    "INFO_FILE",
+    "MODEL_FILE",
+    "load_model",
+    "model_name",
+    "plain_model",
+    "read_model_info",
+    "save_model",
+]
 
 FORMAT = "attnkit.model"
 VERSION = 1
@@ -67,6 +77,17 @@ def save_model(
     if tokenizer is not None:
         tokenizer.save(folder)
     return folder
+
+
+def plain_model(model: nn.Module, *, merge: bool = False, source: str | Path = "the model") -> nn.Module:
+    """The model to export: ``model`` itself, or for a LoRA model (adapters on a frozen base) with
+    ``merge=True`` a plain model with the adapters folded into the base weights; a LoRA model without
+    ``merge`` is a :class:`ValueError` naming ``source`` (the run it came from)."""
+    if not is_lora(model):
+        return model
+    if not merge:
+        raise ValueError(f"{source} is a LoRA run (adapters on a frozen base): add --merge to write the merged weights")
+    return merge_lora(model)
 
 
 def read_model_info(folder: str | Path) -> dict[str, Any]:

@@ -24,9 +24,8 @@ import yaml
 from matplotlib.ticker import MaxNLocator
 from optuna.trial import FrozenTrial, TrialState
 
-from attnkit.api import build_config
-from attnkit.config import merge
-from attnkit.tuning.space import nested
+from attnkit.config import expand_dotted, merge
+from attnkit.tasks import build_config
 from attnkit.tuning.trials import META_ATTR, counts_toward_budget
 from attnkit.viz.figure import Figure
 from attnkit.viz.report import ReportSection, write_report
@@ -101,10 +100,7 @@ def best_config(study: optuna.Study, base: dict[str, Any], task: str, output_dir
         best = study.best_trial
     except ValueError:
         return None
-    data = base
-    for key, value in best.params.items():
-        data = merge(data, nested(key, value))
-    cfg = build_config(task, data).model_dump(mode="json")
+    cfg = build_config(task, merge(base, expand_dotted(best.params))).model_dump(mode="json")
     cfg["output_dir"] = output_dir
     cfg["name"] = None
     return cfg

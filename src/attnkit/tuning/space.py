@@ -27,10 +27,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from attnkit.config import allowed_keys, merge
+from attnkit.config import allowed_keys, expand_dotted, merge
 from attnkit.errors import ConfigError
 
-__all__ = ["Param", "SearchSpace", "load_space", "nested"]
+__all__ = ["Param", "SearchSpace", "load_space"]
 
 SPEC_KEYS = frozenset({"type", "low", "high", "log", "step", "choices"})
 FORBIDDEN = {"output_dir": "trials are written to the study folder", "name": "each trial's run is named by its number"}
@@ -159,7 +159,7 @@ def _check_section(config_cls: Any, base: dict[str, Any], section: str, params: 
         # are certain (others may be lifted by another searched key).
         for p, candidates in zip(params, values):
             for value in candidates:
-                errors = _errors(config_cls, merge(base, nested(p.key, value)))
+                errors = _errors(config_cls, merge(base, expand_dotted({p.key: value})))
                 own = [msg for loc, msg in errors if loc == p.key]
                 alone = len(params) == 1 and errors
                 if own or alone:
@@ -172,9 +172,7 @@ def _check_section(config_cls: Any, base: dict[str, Any], section: str, params: 
     valid: dict[tuple[Any, ...], bool] = {}
     example = ""
     for combo in itertools.product(*values):
-        data = base
-        for p, value in zip(params, combo):
-            data = merge(data, nested(p.key, value))
+        data = merge(base, expand_dotted({p.key: value for p, value in zip(params, combo)}))
         errors = _errors(config_cls, data)
         valid[tuple(_hashable(v) for v in combo)] = not errors
         if errors:
@@ -228,14 +226,6 @@ def _what(p: Param, value: Any) -> str:
     if value == p.high:
         return f"high {value!r}"
     return f"value {value!r}"
-
-
-def nested(key: str, value: Any) -> dict[str, Any]:
-    """``("model.d_model", 64)`` -> ``{"model": {"d_model": 64}}``."""
-    out: Any = value
-    for part in reversed(key.split(".")):
-        out = {part: out}
-    return out
 
 
 # -- reading a space ---------------------------------------------------------------------------

@@ -1,53 +1,31 @@
-"""attnkit from Python: ``attnkit.train("reverse", trainer={"max_epochs": 2})``."""
+"""Runs: build a task's config, train, prepare its data, evaluate and predict with a trained run.
+
+Imported by :mod:`attnkit.api` on first use (it imports Lightning through the training runner).
+"""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnkit.config import ConfigError, load_yaml, merge
-from attnkit.tasks import get_task, load_run
-from attnkit.tasks.base import TaskConfig
+from attnkit.config import ConfigError, expand_dotted, load_yaml, merge
+from attnkit.tasks import build_config, get_task, load_run
 from attnkit.training.runner import TrainResult, fit
 from attnkit.training.runner import evaluate as evaluate_run
 from attnkit.viz.report import write_report
 
-__all__ = ["build_config", "evaluate", "load_run", "predict_file", "prepare", "train"]
-
-
-def _expand_dotted(overrides: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        parts = key.split(".")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = merge(node.get(parts[-1], {}), value) if isinstance(value, dict) else value
-    return out
-
-
-def build_config(
-    task: str, config: str | Path | dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
-) -> TaskConfig:
-    """The task's defaults, updated by a YAML file (or dict) and then by overrides; validated.
-
-    Keys are merged into the task's *full* default config, so overriding one key of a section
-    (``trainer.threads=1``) keeps the task's other defaults of that section.
-    """
-    spec = get_task(task)
-    data: dict[str, Any] = {}
-    source = f"{task} config"
-    if isinstance(config, dict):
-        data = config
-    elif config is not None:
-        data = load_yaml(config)
-        source = f"config {config}"
-    if overrides:
-        data = merge(data, _expand_dotted(overrides))
-    data = merge(spec.config_cls().model_dump(), data)
-    return spec.config(data, source=source)
+__all__ = [
+    "build_config",
+    "evaluate",
+    "load_run",
+    "predict",
+    "predict_file",
+    "prepare",
+    "train",
+    "write_report_or_warn",
+]
 
 
 def train(
@@ -118,6 +96,19 @@ def predict_file(
     return loaded.task.predict_file(loaded.module, path, batch_size=batch_size, standardized=standardized)
 
 
+def predict(run: str | Path, inputs: Sequence[str], *, standardized: bool = False) -> list[str]:
+    """A trained run's prediction for each of ``inputs`` (written as the task reads them, e.g. ``"3 1 4 1 5"``
+    for reverse), one readable line each. ``standardized``: the inputs are already standardised feature
+    vectors (tasks whose inputs are feature vectors: anomaly)."""
+    loaded = load_run(run)
+    if standardized and not loaded.task.feature_inputs:
+        raise ValueError(
+            f"--standardized is for runs whose inputs are feature vectors (anomaly), not {loaded.task.name!r}"
+        )
+    options = {"standardized": True} if standardized else {}
+    return list(loaded.task.predict(loaded.module, list(inputs), **options))
+
+
 def _check_standardized(task: Any, standardized: bool) -> None:
     if standardized and not task.feature_inputs:
         raise ValueError(
@@ -141,7 +132,7 @@ def write_report_or_warn(run_dir: Path) -> None:
 def prepare(task: str, config: str | Path | dict[str, Any] | None = None, **overrides: Any) -> Path | None:
     """Build the task's token cache ahead of training (e.g. on a login node), with the same config
     as ``train``; returns the cache entry's folder (``None`` for tasks without a token cache)."""
-    cfg = build_config(task, config, _expand_dotted(overrides))
+    cfg = build_config(task, config, expand_dotted(overrides))
     datamodule = get_task(task).build_datamodule(cfg)
     if hasattr(datamodule, "progress"):
         datamodule.progress = True

@@ -1,0 +1,98 @@
+"""attnkit from Python, and everything the ``attnkit`` command line does:
+``attnkit.api.train("reverse", trainer={"max_epochs": 2})``.
+
+Every command of the command line is one function here; the functions return data (configs,
+metrics, texts, paths) and the command line only parses its arguments and prints what they return.
+Names are imported on first use, so ``import attnkit.api`` is quick and pulls in neither torch nor
+Lightning.
+
+- Runs (:mod:`attnkit.api.runs`): :func:`build_config`, :func:`train`, :func:`prepare`,
+  :func:`evaluate`, :func:`predict`, :func:`predict_file`, :func:`load_run`.
+- Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`.
+- Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
+  :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
+- Model folders (:mod:`attnkit.api.models`): :func:`export`, :func:`import_model`.
+- :func:`list_tasks` (:mod:`attnkit.api.catalog`) and :func:`tune` (:mod:`attnkit.tuning`, needs Optuna).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnkit.api.catalog import list_tasks
+    from attnkit.api.generation import generate, read_lines, translate
+    from attnkit.api.models import Exported, export, import_model
+    from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
+    from attnkit.api.runs import (
+        build_config,
+        evaluate,
+        load_run,
+        predict,
+        predict_file,
+        prepare,
+        train,
+        write_report_or_warn,
+    )
+    from attnkit.tuning import tune
+
+# Each public name and the module that defines it.
+HOMES = {
+    "build_config": "attnkit.api.runs",
+    "train": "attnkit.api.runs",
+    "prepare": "attnkit.api.runs",
+    "evaluate": "attnkit.api.runs",
+    "predict": "attnkit.api.runs",
+    "predict_file": "attnkit.api.runs",
+    "load_run": "attnkit.api.runs",
+    "write_report_or_warn": "attnkit.api.runs",
+    "generate": "attnkit.api.generation",
+    "translate": "attnkit.api.generation",
+    "read_lines": "attnkit.api.generation",
+    "plot_attention": "attnkit.api.plots",
+    "plot_positional": "attnkit.api.plots",
+    "plot_schedule": "attnkit.api.plots",
+    "plot_curves": "attnkit.api.plots",
+    "report": "attnkit.api.plots",
+    "export": "attnkit.api.models",
+    "Exported": "attnkit.api.models",
+    "import_model": "attnkit.api.models",
+    "list_tasks": "attnkit.api.catalog",
+    "tune": "attnkit.tuning",
+}
+
+__all__ = [
+    "Exported",
+    "build_config",
+    "evaluate",
+    "export",
+    "generate",
+    "import_model",
+    "list_tasks",
+    "load_run",
+    "plot_attention",
+    "plot_curves",
+    "plot_positional",
+    "plot_schedule",
+    "predict",
+    "predict_file",
+    "prepare",
+    "read_lines",
+    "report",
+    "train",
+    "translate",
+    "tune",
+    "write_report_or_warn",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'attnkit.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *HOMES})

@@ -1,0 +1,65 @@
+"""Model folders in and out: a run's model exported (attnkit or Hugging Face format), a Hugging Face
+folder imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnkit.data.lm.blocks import tokenizer_of
+from attnkit.errors import ConfigError
+from attnkit.interop import Pretrained, export_hf, load_pretrained, plain_model, save_model
+from attnkit.interop import import_model as _convert
+from attnkit.interop.export import INFO_FILE
+from attnkit.tasks import load_run
+
+__all__ = ["Exported", "export", "import_model"]
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export` wrote: ``source`` (the checkpoint or model folder read), ``out`` (the
+    folder written) and, for the Hugging Face format, the ``model_type`` written (else ``None``)."""
+
+    source: str
+    out: Path
+    model_type: str | None = None
+
+
+def export(run: str | Path, out: str | Path, *, format: str = "attnkit", merge: bool = False) -> Exported:
+    """Write the model of ``run`` (a run folder or checkpoint file) to the folder ``out``.
+
+    ``format="attnkit"``: ``model.safetensors`` + ``attnkit.json`` with the run's task and data
+    artifacts (:func:`attnkit.interop.load_model` loads it back bit-exactly). ``format="hf"``: ``run``
+    is an ``lm`` run or an attnkit model folder of a language model, written as a Hugging Face
+    llama / mistral / qwen2 or gpt2 folder (:func:`attnkit.interop.export_hf`). A LoRA run needs
+    ``merge=True``: its adapters are folded into the base weights (:func:`attnkit.interop.plain_model`).
+    """
+    if format == "hf":
+        return _export_hf(run, out, merge)
+    if format != "attnkit":
+        raise ValueError(f"unknown export format {format!r}; choose attnkit or hf")
+    loaded = load_run(run)
+    model = plain_model(loaded.module.model, merge=merge, source=run)
+    artifacts = loaded.hparams.get("artifacts") or None
+    save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+    return Exported(str(loaded.checkpoint), Path(out))
+
+
+def _export_hf(run: str | Path, out: str | Path, merge: bool) -> Exported:
+    if (Path(run) / INFO_FILE).is_file():
+        pretrained = load_pretrained(run)
+        return Exported(str(run), Path(out), export_hf(pretrained.model, out, pretrained.tokenizer))
+    loaded = load_run(run)
+    if loaded.task.name != "lm":
+        raise ConfigError(f"{run} is a {loaded.task.name!r} run; only lm runs export as Hugging Face checkpoints")
+    tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
+    model = plain_model(loaded.module.model, merge=merge, source=run)
+    return Exported(str(loaded.checkpoint), Path(out), export_hf(model, out, tokenizer))
+
+
+def import_model(path: str | Path, out: str | Path) -> Pretrained:
+    """Convert the Hugging Face BERT, GPT-2, Llama, Mistral or Qwen2 folder ``path`` (config.json,
+    weights, tokenizer files) into an attnkit model folder ``out``; returns the loaded model with its
+    tokenizer. Nothing is downloaded. See :func:`attnkit.interop.import_model`."""
+    return _convert(path, out)

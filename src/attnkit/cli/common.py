@@ -1,0 +1,67 @@
+"""The ``attnkit`` command group and what its commands share: the user errors they report, how they
+report them, and the handler that shows the library's log messages."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from attnkit.errors import CheckpointError, ConfigError
+
+__all__ = [
+    "OUT_HELP",
+    "PLOT_ERRORS",
+    "STANDARDIZED_HELP",
+    "USER_ERRORS",
+    "ClickHandler",
+    "fail",
+    "main",
+    "show_logs",
+    "warn",
+]
+
+USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, TypeError)
+PLOT_ERRORS = (*USER_ERRORS, NotImplementedError)
+STANDARDIZED_HELP = "anomaly: the file's features are already standardised (default: raw; the run's mean/std apply)."
+OUT_HELP = "Image file to write: .png or .svg (default: %s)."
+
+
+def fail(err: Exception) -> None:
+    """Report a user error (``error: ...`` in red on stderr) and exit with code 2."""
+    click.secho(f"error: {err}", fg="red", err=True)
+    sys.exit(2)
+
+
+def warn(message: str) -> None:
+    """``warning: ...`` in yellow on stderr."""
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+class ClickHandler(logging.Handler):
+    """Shows log records as the command line's own output: the message alone, INFO and below on
+    stdout, WARNING and above on stderr (flushed at once, so worker processes interleave by line)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=record.levelno >= logging.WARNING)
+            (sys.stderr if record.levelno >= logging.WARNING else sys.stdout).flush()
+        except Exception:
+            self.handleError(record)
+
+
+def show_logs(name: str, level: int = logging.INFO) -> None:
+    """Show the INFO (and more serious) messages of the library logger ``name`` (e.g.
+    ``"attnkit.tuning"``) with a :class:`ClickHandler`, once, not passed on to the root logger."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(h, ClickHandler) for h in logger.handlers):
+        logger.addHandler(ClickHandler())
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attnkit")
+def main() -> None:
+    """Build, train, inspect and tune Transformer models."""
