@@ -64,7 +64,7 @@ MODULES: dict[str, Module] = {
         ("tests/nn/test_positional.py", "tests/nn/test_modern_blocks.py", "tests/nn/test_positional_mutants.py"),
     ),
     "generation": Module(
-        "src/attnkit/models/generation.py",
+        "src/attnkit/models/generation/sampling.py",
         (
             "tests/models/test_lm_batched_generation.py",
             "tests/models/test_lm_model.py",
@@ -155,7 +155,7 @@ EQUIVALENT |= {
     _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_16": "a table one row longer than needed: the same rows",
     _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_17": "no positions: a one-row table, indexed by none",
 }
-_GEN = "attnkit.models.generation.x_"
+_GEN = "attnkit.models.generation.sampling.x_"
 _INF = 'float("-INF") is float("-inf")'
 EQUIVALENT |= {
     **{_GEN + f"{f}__mutmut_{i}": _INF for f, i in (("top_k_filter", 22), ("top_p_filter", 39), ("min_p_filter", 23))},

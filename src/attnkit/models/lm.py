@@ -17,7 +17,17 @@ from torch import Tensor, nn
 
 from attnkit.models.checks import check_ids
 from attnkit.models.config import EncoderConfig, OneOf, StrictModel
-from attnkit.models.generation import apply_repetition_penalty, check_sampling, left_pad, sample_next_token
+from attnkit.models.generation import (
+    CausalDecoding,
+    check_beam_size,
+    check_left_padding,
+    check_sampling,
+    check_stop_strings,
+    left_pad,
+    run_beam_search,
+    sample,
+    seen_tokens,
+)
 from attnkit.models.registry import register_model
 from attnkit.nn import (
     NORMS,
@@ -327,6 +337,8 @@ class LanguageModel(nn.Module):
         stop_strings: Sequence[str] | None = None,
         decode: Callable[[list[int]], str] | None = None,
         on_token: Callable[[Tensor], None] | None = None,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
     ) -> Tensor:
         """Continue a batch of prompts by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
 
@@ -349,6 +361,10 @@ class LanguageModel(nn.Module):
                 ``decode(token ids)``, contains one of them (the text is trimmed by the caller, e.g.
                 :func:`attnkit.tasks.lm.generate_text`). Needs ``decode``.
             on_token: called after every step with the new tokens ``[B]`` (for streaming).
+            num_beams: ``> 1``: beam search (:func:`attnkit.models.generation.beam_search`) with that many
+                beams and ``length_penalty`` instead of sampling: each row continues with its best
+                finished hypothesis (up to and with EOS), then ``pad_id``. Takes no sampling filters,
+                repetition penalty, stop strings or ``on_token``; ``temperature`` is not used.
 
         Generation stops when every row has stopped (so ``n`` may be less than ``max_new_tokens``).
         The result is the (left-padded) prompts followed by the new tokens.
@@ -364,131 +380,102 @@ class LanguageModel(nn.Module):
         check_sampling(temperature, top_k, top_p, min_p, repetition_penalty)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if stop_strings is not None:
-            if isinstance(stop_strings, str) or not all(isinstance(x, str) and x for x in stop_strings):
-                raise ValueError(f"stop_strings must be a list of non-empty strings, got {stop_strings!r}")
-            if decode is None:
-                raise ValueError("stop_strings need `decode` (token ids -> text), e.g. tokenizer.decode")
-        stop = (list(stop_strings), decode) if stop_strings and decode is not None else None
-        device = self.token_embedding.weight.device
-        if not isinstance(prompt_ids, Tensor):
-            if padding_mask is not None:
-                raise ValueError("padding_mask goes with a [B, T] tensor of prompt_ids, not with a list of prompts")
-            prompt_ids, padding_mask = left_pad(prompt_ids, c.pad_id)
-        if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
-            raise ValueError(
-                f"prompt_ids must be [batch, seq] with seq >= 1 (use [[bos_id]] for no prompt), "
-                f"got shape {tuple(prompt_ids.shape)}"
-            )
-        check_ids(prompt_ids, c.vocab_size)
-        if padding_mask is not None:
-            _check_left_padding(padding_mask, prompt_ids.shape)
-            padding_mask = padding_mask.to(device)
-            if bool(padding_mask.all()):
-                padding_mask = None  # no padding: the plain (offset) positions are the same
+        check_stop_strings(stop_strings, decode)
+        if num_beams != 1:
+            check_beam_size(num_beams)
+            given = dict(top_k=top_k, top_p=top_p, min_p=min_p, stop_strings=stop_strings, on_token=on_token)
+            unused = [k for k, v in given.items() if v is not None]
+            if repetition_penalty != 1.0 or not stop_at_eos or unused:
+                raise ValueError(
+                    "num_beams > 1 is beam search: it takes no sampling filters, repetition_penalty, "
+                    f"stop_strings, on_token or stop_at_eos=False (got {unused or 'those'})"
+                )
         was_training = self.training
         self.eval()
         try:
-            return self._generate(
-                prompt_ids.long().to(device),
-                padding_mask,
-                max_new_tokens,
-                dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator),
-                repetition_penalty,
-                use_cache,
-                stop_at_eos,
-                stop,
-                on_token,
+            decoding = self.decoding(
+                prompt_ids, padding_mask, repeat=num_beams, max_len=max_new_tokens, use_cache=use_cache
             )
+            prompt = decoding.tokens[::num_beams]
+            if max_new_tokens == 0:
+                return prompt
+            if num_beams != 1:
+                hyps = run_beam_search(
+                    decoding,
+                    prompt.shape[0],
+                    beam_size=num_beams,
+                    max_len=max_new_tokens,
+                    length_penalty=length_penalty,
+                )
+                return torch.cat([prompt, hyps.tokens], dim=1)
+            seen = None
+            if repetition_penalty != 1.0:
+                seen = seen_tokens(prompt, decoding.prompt_mask, c.vocab_size)
+            new = sample(
+                decoding,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
+                generator=generator,
+                repetition_penalty=repetition_penalty,
+                seen=seen,
+                stop_at_eos=stop_at_eos,
+                stop_strings=stop_strings,
+                decode=decode,
+                on_token=on_token,
+            )
+            return torch.cat([prompt, new], dim=1)
         finally:
             self.train(was_training)
+
+    def decoding(
+        self,
+        inputs: Tensor | Sequence[Sequence[int] | Tensor],
+        padding_mask: Tensor | None = None,
+        *,
+        repeat: int = 1,
+        max_len: int,
+        use_cache: bool = True,
+    ) -> CausalDecoding:
+        """The incremental decoding of prompts (as :meth:`generate`'s ``prompt_ids``/``padding_mask``;
+        True = real token), each repeated ``repeat`` times (beams), with room for ``max_len`` new tokens:
+        what :func:`attnkit.models.generation.greedy_decode` and :func:`~attnkit.models.generation.beam_search`
+        decode with. Runs in the model's current mode (call ``eval()`` first)."""
+        c = self.config
+        device = self.token_embedding.weight.device
+        if not isinstance(inputs, Tensor):
+            if padding_mask is not None:
+                raise ValueError("padding_mask goes with a [B, T] tensor of prompt_ids, not with a list of prompts")
+            inputs, padding_mask = left_pad(inputs, c.pad_id)
+        if inputs.dim() != 2 or inputs.shape[1] == 0:
+            raise ValueError(
+                f"prompt_ids must be [batch, seq] with seq >= 1 (use [[bos_id]] for no prompt), "
+                f"got shape {tuple(inputs.shape)}"
+            )
+        check_ids(inputs, c.vocab_size)
+        if padding_mask is not None:
+            check_left_padding(padding_mask, inputs.shape)
+            padding_mask = padding_mask.to(device)
+            if bool(padding_mask.all()):
+                padding_mask = None  # no padding: the plain (offset) positions are the same
+        prompt = inputs.long().to(device)
+        if repeat != 1:
+            prompt = prompt.repeat_interleave(repeat, dim=0)
+            padding_mask = None if padding_mask is None else padding_mask.repeat_interleave(repeat, dim=0)
+        return CausalDecoding(
+            self._last_logits,
+            prompt,
+            padding_mask,
+            cache=self.new_cache() if use_cache else None,
+            context=c.max_len,
+            max_new_tokens=max_len,
+            pad_id=c.pad_id,
+            eos_id=c.eos_id,
+        )
 
     def _last_logits(self, ids: Tensor, padding_mask: Tensor | None, cache: DecoderCache | None) -> Tensor:
         """Logits ``[B, V]`` of the last position only (the head is not applied to the others)."""
         h, _ = self._hidden(ids, padding_mask, cache, need_weights=False)
         return self.lm_head(h[:, -1])
-
-    def _generate(
-        self,
-        prompt: Tensor,
-        padding_mask: Tensor | None,
-        max_new_tokens: int,
-        sampling: dict[str, Any],
-        repetition_penalty: float,
-        use_cache: bool,
-        stop_at_eos: bool,
-        stop: tuple[list[str], Callable[[list[int]], str]] | None,
-        on_token: Callable[[Tensor], None] | None,
-    ) -> Tensor:
-        c = self.config
-        if max_new_tokens == 0:
-            return prompt
-        batch, prompt_len = prompt.shape
-        context = c.max_len
-        # One buffer for the prompt and every new token (and one for the mask): no concatenation per step.
-        out = prompt.new_full((batch, prompt_len + max_new_tokens), c.pad_id)
-        out[:, :prompt_len] = prompt
-        mask = None
-        if padding_mask is not None:
-            mask = padding_mask.new_ones((batch, prompt_len + max_new_tokens))
-            mask[:, :prompt_len] = padding_mask
-        seen = None
-        if repetition_penalty != 1.0:
-            seen = torch.zeros(batch, c.vocab_size, dtype=torch.bool, device=prompt.device)
-            real = torch.ones_like(prompt, dtype=torch.bool) if padding_mask is None else padding_mask
-            seen.scatter_(1, prompt.masked_fill(~real, 0), real)  # padding writes False at id 0: a no-op
-            seen[:, 0] |= (prompt == 0).logical_and(real).any(dim=1)
-        cache = self.new_cache() if use_cache else None
-        start = max(0, prompt_len - context)
-        logits = self._last_logits(prompt[:, start:], None if mask is None else mask[:, start:prompt_len], cache)
-        stopping = stop_at_eos or stop is not None
-        finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
-        end = prompt_len
-        for step in range(max_new_tokens):
-            if seen is not None:
-                logits = apply_repetition_penalty(logits, seen, repetition_penalty)
-            token = sample_next_token(logits, **sampling)
-            if stopping:
-                token = token.masked_fill(finished, c.pad_id)
-                if stop_at_eos:
-                    finished |= token == c.eos_id
-            out[:, end] = token
-            end += 1
-            if seen is not None:
-                seen.scatter_(1, token[:, None], True)
-            if stop is not None:
-                _check_stop_strings(out[:, prompt_len:end], finished, *stop)
-            if on_token is not None:
-                on_token(token)
-            if step == max_new_tokens - 1 or (stopping and bool(finished.all())):
-                break
-            window_mask = None if mask is None else mask[:, max(0, end - context) : end]
-            if cache is not None and cache.length < context:
-                logits = self._last_logits(out[:, end - 1 : end], window_mask, cache)
-            else:  # past the context (or no cache): re-encode the last `context` tokens
-                cache = None
-                logits = self._last_logits(out[:, max(0, end - context) : end], window_mask, None)
-        return out[:, :end]
-
-
-def _check_left_padding(padding_mask: Tensor, shape: torch.Size) -> None:
-    if padding_mask.dtype != torch.bool or padding_mask.shape != shape:
-        raise ValueError(
-            f"padding_mask must be a boolean tensor of the prompts' shape {tuple(shape)} (True = real token), "
-            f"got {padding_mask.dtype} {tuple(padding_mask.shape)}"
-        )
-    if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
-        raise ValueError(
-            "prompts must be left-padded (padding first, then the tokens, and at least one token per row); "
-            "pass a list of prompts to generate() to have them padded"
-        )
-
-
-def _check_stop_strings(
-    new_tokens: Tensor, finished: Tensor, stop_strings: list[str], decode: Callable[[list[int]], str]
-) -> None:
-    """Mark as finished the rows whose new text contains a stop string."""
-    for row in (~finished).nonzero().flatten().tolist():
-        text = decode(new_tokens[row].tolist())
-        if any(s in text for s in stop_strings):
-            finished[row] = True

@@ -2,7 +2,8 @@
 
 :class:`Seq2SeqTransformer` (config :class:`Seq2SeqConfig`) maps source token ids ``[B, Ts]`` and
 shifted target ids ``[B, Tt]`` to next-token logits ``[B, Tt, V]``. :func:`greedy_decode` and
-:func:`beam_search` translate with it, batched and with the decoder's key/value cache. Boolean
+:func:`beam_search` (from :mod:`attnkit.models.generation`, shared with the language model) translate
+with it through :class:`Seq2SeqDecoding`, batched and with the decoder's key/value cache. Boolean
 masks mean **True = may attend** (for token masks: True = real token, False = padding).
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Annotated
 
 import torch
@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnkit.models.checks import check_ids
 from attnkit.models.config import EncoderConfig, OneOf
+from attnkit.models.generation import Hypotheses, beam_search, greedy_decode, length_normalized, log_probs
 from attnkit.models.registry import register_model
 from attnkit.nn import POSITIONS, DecoderCache, TransformerDecoder, TransformerEncoder, embedding_positions
 
@@ -26,6 +27,7 @@ __all__ = [
     "Hypotheses",
     "Seq2SeqArchitecture",
     "Seq2SeqConfig",
+    "Seq2SeqDecoding",
     "Seq2SeqTransformer",
     "beam_search",
     "greedy_decode",
@@ -40,7 +42,6 @@ class Seq2SeqArchitecture(EncoderConfig):
 
     num_decoder_layers: int | None = Field(None, gt=0, description="decoder blocks (default: num_layers)")
     positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "sinusoidal"
-    max_len: int = Field(512, gt=0, description="longest sequence, BOS/EOS included (learned positions only)")
     share_embeddings: bool = Field(False, description="one embedding for source and target (one shared vocabulary)")
     tie_output: bool = Field(True, description="the output projection reuses the target embedding matrix")
 
@@ -50,10 +51,12 @@ class Seq2SeqArchitecture(EncoderConfig):
 
 
 class Seq2SeqConfig(Seq2SeqArchitecture):
-    """An encoder–decoder Transformer: the architecture, the two vocabulary sizes and the special ids."""
+    """An encoder–decoder Transformer: the architecture and what the data sets (the two vocabulary sizes, the
+    longest sequence, the special ids)."""
 
     src_vocab_size: int = Field(..., gt=0, description="source token ids lie in [0, src_vocab_size)")
     tgt_vocab_size: int = Field(..., gt=0, description="target token ids lie in [0, tgt_vocab_size)")
+    max_len: int = Field(512, gt=0, description="longest sequence, BOS/EOS included (learned positions only)")
     pad_id: int = Field(0, ge=0)
     bos_id: int = Field(1, ge=0)
     eos_id: int = Field(2, ge=0)
@@ -210,6 +213,20 @@ class Seq2SeqTransformer(nn.Module):
         h = self.decoder(x, memory, memory_key_padding_mask=src_padding_mask, tgt_is_causal=True, cache=cache)
         return self.output(h[:, -1])
 
+    def decoding(
+        self,
+        inputs: Tensor,
+        padding_mask: Tensor | None = None,
+        *,
+        repeat: int = 1,
+        max_len: int,
+        use_cache: bool = True,
+    ) -> Seq2SeqDecoding:
+        """The incremental decoding of sources ``inputs [B, Ts]`` (``padding_mask``: True at real source
+        tokens; default ``inputs != pad_id``), each repeated ``repeat`` times (beams), for
+        :func:`greedy_decode` and :func:`beam_search`; ``max_len`` needs no room here."""
+        return Seq2SeqDecoding(self, inputs, padding_mask, repeat=repeat, use_cache=use_cache)
+
     def forward(
         self,
         src: Tensor,
@@ -262,223 +279,46 @@ class Seq2SeqTransformer(nn.Module):
         return self.forward_with_attention(src, tgt_in, src_padding_mask, tgt_padding_mask)[1]
 
 
-@dataclass
-class Hypotheses:
-    """Decoded target sequences of a batch.
+class Seq2SeqDecoding:
+    """The :class:`~attnkit.models.generation.Decoding` of a :class:`Seq2SeqTransformer`: target rows that
+    start from BOS, each with its source's encoder memory (computed once, repeated for beams) and the
+    decoder's key/value cache (``None``: the whole prefix recomputed every step). PAD and BOS are never
+    generated."""
 
-    Attributes:
-        tokens: ``[B, T]`` generated ids (no BOS), ending with EOS unless cut at ``max_len``,
-            then ``pad_id``.
-        lengths: ``[B]`` generated tokens per row, EOS included.
-        log_probs: ``[B]`` sum of the log-probabilities of the generated tokens (EOS included).
-        logits: ``[B, T, V]`` the raw logits of every step, zero after a row's EOS
-            (:func:`greedy_decode` with ``return_logits=True`` only).
-        eos_id: the EOS id, which :meth:`token_lists` strips.
-    """
+    def __init__(
+        self, model: Seq2SeqTransformer, src: Tensor, src_padding_mask: Tensor | None, *, repeat: int, use_cache: bool
+    ) -> None:
+        if src.dim() != 2:
+            raise ValueError(f"expected source token ids [batch, seq], got shape {tuple(src.shape)}")
+        self.model = model
+        self.pad_id, self.eos_id = model.pad_id, model.eos_id
+        self.banned = (model.pad_id, model.bos_id)
+        mask = model._token_mask(src, src_padding_mask, "src_padding_mask")
+        memory = model.encode(src, mask)
+        self._memory = memory.repeat_interleave(repeat, dim=0) if repeat > 1 else memory  # [B*K, Ts, D]
+        self._mask = mask.repeat_interleave(repeat, dim=0) if repeat > 1 else mask
+        self._cache = model.new_cache() if use_cache else None
+        self._ys = torch.full((src.shape[0] * repeat, 1), model.bos_id, dtype=torch.long, device=src.device)
 
-    tokens: Tensor
-    lengths: Tensor
-    log_probs: Tensor
-    logits: Tensor | None = None
-    eos_id: int | None = None
+    def logits(self) -> Tensor:
+        """Next-token logits ``[N, V]`` after the target so far (call once per :meth:`append`)."""
+        if self._cache is not None:
+            return self.model.decode_step(self._ys[:, -1], self._memory, self._mask, self._cache)
+        return self.model.decode(self._ys, self._memory, self._mask)[:, -1]
 
-    def scores(self, length_penalty: float = 1.0) -> Tensor:
-        """``log_probs / lengths ** length_penalty`` (see :func:`length_normalized`)."""
-        return length_normalized(self.log_probs, self.lengths, length_penalty)
-
-    def token_lists(self) -> list[list[int]]:
-        """Per row, the generated ids without EOS and padding."""
-        out = []
-        for row, n in zip(self.tokens.tolist(), self.lengths.tolist()):
-            ids = row[:n]
-            out.append(ids[:-1] if ids and ids[-1] == self.eos_id else ids)
-        return out
-
-
-def length_normalized(log_probs: Tensor, lengths: Tensor | float, length_penalty: float) -> Tensor:
-    """The score that beam search ranks finished hypotheses by: ``log P(y) / |y| ** length_penalty``.
-
-    ``|y|`` counts the generated tokens, EOS included. ``length_penalty=0`` ranks by the raw
-    log-probability (which favours short outputs); ``1`` by the mean log-probability per token.
-    (This is the "divide by length^alpha" rule, not GNMT's ``((5 + |y|) / 6) ** alpha``.)
-    """
-    lengths = torch.as_tensor(lengths, dtype=log_probs.dtype, device=log_probs.device)
-    return log_probs / lengths.clamp_min(1) ** length_penalty
-
-
-def _log_probs(logits: Tensor, model: Seq2SeqTransformer) -> Tensor:
-    """Next-token log-probabilities; PAD and BOS are never generated (probability 0)."""
-    logits = logits.float().clone()
-    logits[..., model.pad_id] = float("-inf")
-    logits[..., model.bos_id] = float("-inf")
-    return torch.log_softmax(logits, dim=-1)
-
-
-def _check_decode_args(model: Seq2SeqTransformer, src: Tensor, src_padding_mask: Tensor | None, max_len: int) -> Tensor:
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be an int >= 1 (the most tokens to generate, EOS included), got {max_len!r}")
-    if src.dim() != 2:
-        raise ValueError(f"expected source token ids [batch, seq], got shape {tuple(src.shape)}")
-    return model._token_mask(src, src_padding_mask, "src_padding_mask")
-
-
-@torch.no_grad()
-def greedy_decode(
-    model: Seq2SeqTransformer,
-    src: Tensor,
-    src_padding_mask: Tensor | None = None,
-    *,
-    max_len: int,
-    use_cache: bool = True,
-    return_logits: bool = False,
-) -> Hypotheses:
-    """The most likely next token at every step, for a batch of sources ``[B, Ts]``.
-
-    Stops a row at EOS (later positions are ``pad_id``) and the whole batch when every row has
-    ended or after ``max_len`` tokens. With ``use_cache`` each step feeds only the newest token
-    through the decoder (:meth:`Seq2SeqTransformer.decode_step`); without it the whole prefix is
-    recomputed at every step (same result, for checking). Call ``model.eval()`` first.
-    """
-    src_padding_mask = _check_decode_args(model, src, src_padding_mask, max_len)
-    batch = src.shape[0]
-    memory = model.encode(src, src_padding_mask)
-    cache = model.new_cache() if use_cache else None
-    ys = torch.full((batch, 1), model.bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=src.device)
-    log_probs = torch.zeros(batch, device=src.device)
-    step_logits = []
-    for _ in range(max_len):
-        if cache is not None:
-            logits = model.decode_step(ys[:, -1], memory, src_padding_mask, cache)
+    def append(self, tokens: Tensor) -> None:
+        """Add ``tokens [N]`` to the targets."""
+        if self._cache is not None:
+            self._ys = tokens.unsqueeze(1)  # the cache holds the rest
         else:
-            logits = model.decode(ys, memory, src_padding_mask)[:, -1]
-        if return_logits:
-            step_logits.append(logits.float().masked_fill(finished.unsqueeze(1), 0.0))
-        logp = _log_probs(logits, model)
-        best_logp, token = logp.max(dim=-1)
-        token = token.masked_fill(finished, model.pad_id)
-        log_probs += best_logp.masked_fill(finished, 0.0)
-        lengths += (~finished).long()
-        finished |= token == model.eos_id
-        ys = torch.cat([ys, token.unsqueeze(1)], dim=1)
-        if bool(finished.all()):
-            break
-    return Hypotheses(
-        tokens=ys[:, 1:],
-        lengths=lengths,
-        log_probs=log_probs,
-        logits=torch.stack(step_logits, dim=1) if return_logits else None,
-        eos_id=model.eos_id,
-    )
+            self._ys = torch.cat([self._ys, tokens.unsqueeze(1)], dim=1)
 
-
-@torch.no_grad()
-def beam_search(
-    model: Seq2SeqTransformer,
-    src: Tensor,
-    src_padding_mask: Tensor | None = None,
-    *,
-    beam_size: int = 4,
-    max_len: int,
-    length_penalty: float = 1.0,
-) -> Hypotheses:
-    """Beam search for a batch of sources ``[B, Ts]``: the best finished hypothesis of each.
-
-    All ``B * beam_size`` beams run as one batch through :meth:`Seq2SeqTransformer.decode_step`:
-    the encoder runs once, the cross-attention keys/values are computed once, and the
-    self-attention cache is reordered to the surviving beams at every step (the cross-attention
-    cache needs no reordering: the beams of a sentence share its memory).
-
-    At every step each sentence's ``2 * beam_size`` best extensions are ranked by their summed
-    log-probability. An extension ending in EOS among the first ``beam_size`` is a finished
-    hypothesis, scored by :func:`length_normalized` (``log P / length ** length_penalty``); the
-    ``beam_size`` best extensions not ending in EOS stay alive. A sentence is done when no alive
-    beam can still beat its best finished hypothesis: a beam's log-probability only falls, so its
-    final score is at most ``log P / L ** length_penalty`` for the best final length ``L <= max_len``
-    (no early stop after ``beam_size`` finished hypotheses, which can miss a better, longer one).
-    After ``max_len`` tokens the alive beams are finished as they are. With ``beam_size=1`` a
-    sentence also stops when its best extension is EOS, which makes it exactly :func:`greedy_decode`
-    whatever the length penalty.
-
-    Beam search usually finds a higher-scoring translation than greedy decoding, but not always:
-    the greedy prefix can fall out of the beam. Call ``model.eval()`` first.
-    """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    src_padding_mask = _check_decode_args(model, src, src_padding_mask, max_len)
-    device = src.device
-    batch, k = src.shape[0], beam_size
-    memory = model.encode(src, src_padding_mask).repeat_interleave(k, dim=0)  # [B*K, Ts, D]
-    mem_mask = src_padding_mask.repeat_interleave(k, dim=0)
-    cache = model.new_cache()
-    rows = torch.arange(batch, device=device)
-    neg_inf = float("-inf")
-
-    alive_scores = torch.full((batch, k), neg_inf, device=device)
-    alive_scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 1
-    alive_tokens = torch.empty(batch, k, 0, dtype=torch.long, device=device)
-    last = torch.full((batch * k,), model.bos_id, dtype=torch.long, device=device)
-    best_score = torch.full((batch,), neg_inf, device=device)
-    best_logp = torch.full((batch,), neg_inf, device=device)
-    best_len = torch.zeros(batch, dtype=torch.long, device=device)
-    best_tokens = torch.full((batch, max_len), model.pad_id, dtype=torch.long, device=device)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-
-    for t in range(max_len):
-        length = t + 1
-        logp = _log_probs(model.decode_step(last, memory, mem_mask, cache), model)  # [B*K, V]
-        vocab = logp.shape[-1]
-        candidates = (alive_scores.unsqueeze(-1) + logp.view(batch, k, vocab)).view(batch, k * vocab)
-        top_scores, top_idx = candidates.topk(min(2 * k, k * vocab), dim=1)  # [B, 2K], best first
-        top_beam, top_tok = top_idx // vocab, top_idx % vocab
-        is_eos = top_tok == model.eos_id
-
-        # finished hypotheses: EOS among the K best (every candidate of the K best at the last step)
-        last_step = length == max_len
-        finished = torch.ones_like(is_eos) if last_step else is_eos.clone()
-        finished[:, k:] = False
-        finished &= torch.isfinite(top_scores) & ~done.unsqueeze(1)
-        normalized = length_normalized(top_scores, float(length), length_penalty).masked_fill(~finished, neg_inf)
-        cand_score, cand_j = normalized.max(dim=1)
-        improve = cand_score > best_score
-        if bool(improve.any()):
-            beam_j = top_beam[rows, cand_j]
-            seqs = torch.cat([alive_tokens[rows, beam_j], top_tok[rows, cand_j].unsqueeze(1)], dim=1)
-            best_tokens[improve, :length] = seqs[improve]
-            best_tokens[improve, length:] = model.pad_id
-            best_score = torch.where(improve, cand_score, best_score)
-            best_logp = torch.where(improve, top_scores[rows, cand_j], best_logp)
-            best_len = torch.where(improve, torch.full_like(best_len, length), best_len)
-        if last_step:
-            break
-        if k == 1:
-            # One beam is greedy decoding: a sentence whose best extension is EOS is finished (length
-            # normalisation would otherwise keep looking for a longer hypothesis that scores higher).
-            done |= is_eos[:, 0]
-
-        # the K best extensions that do not end in EOS stay alive
-        alive_scores, pick = top_scores.masked_fill(is_eos, neg_inf).topk(k, dim=1)
-        pick_beam, pick_tok = top_beam.gather(1, pick), top_tok.gather(1, pick)
-        alive_tokens = torch.cat(
-            [alive_tokens.gather(1, pick_beam.unsqueeze(-1).expand(-1, -1, t)), pick_tok.unsqueeze(-1)], dim=2
-        )
-        # An alive beam's log-probability can only fall; its best possible final score:
-        best_alive = alive_scores.max(dim=1).values
-        bound = torch.maximum(
-            length_normalized(best_alive, float(length + 1), length_penalty),
-            length_normalized(best_alive, float(max_len), length_penalty),
-        )
-        done |= best_score >= bound
-        if bool(done.all()):
-            break
-        flat = (rows.unsqueeze(1) * k + pick_beam).view(-1)
-        for layer in cache.layers:
-            layer.self_attn.reorder(flat)
-        last = pick_tok.view(-1)
-
-    width = int(best_len.max())
-    return Hypotheses(tokens=best_tokens[:, :width], lengths=best_len, log_probs=best_logp, eos_id=model.eos_id)
+    def reorder(self, rows: Tensor) -> None:
+        """Keep rows ``rows`` (each among its source's beams: the memory and cross-attention stay)."""
+        self._ys = self._ys.index_select(0, rows)
+        if self._cache is not None:
+            for layer in self._cache.layers:
+                layer.self_attn.reorder(rows)
 
 
 @torch.no_grad()
@@ -494,6 +334,6 @@ def sequence_log_probs(
     tgt_in = torch.cat([bos, tokens[:, :-1]], dim=1)
     valid = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)
     logits = model.decode(tgt_in, model.encode(src, src_padding_mask), src_padding_mask, tgt_padding_mask=valid)
-    logp = _log_probs(logits, model)
+    logp = log_probs(logits, (model.pad_id, model.bos_id))
     picked = logp.gather(-1, tokens.clamp_min(0).unsqueeze(-1)).squeeze(-1)
     return picked.masked_fill(~valid, 0.0).sum(dim=1)

@@ -1,7 +1,7 @@
 """Choosing the next token from logits: greedy, temperature, top-k, top-p (nucleus) and min-p sampling,
 repetition penalty; left-padding a batch of prompts of different lengths.
 
-Shared by every generating model (the decoder-only language model, the translator). Logits are
+Used by :func:`attnkit.models.generation.sample` (the language model's sampling loop). Logits are
 ``[B, V]`` (the last position of each row); the result is one token id per row, ``[B]`` int64.
 Filtered-out tokens get ``-inf`` logits, so their probability is exactly 0; the filters always
 keep at least one token per row, so a row is never all ``-inf``.
