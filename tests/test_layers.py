@@ -1,7 +1,7 @@
 """The package's layer rule and the absence of import cycles, checked on the source and by importing.
 
 Layers (a module may import attnkit modules of its own layer or below only):
-base (``attnkit.config``, ``attnkit.errors``, ``attnkit.io``, ``attnkit.version``) = 0, ``attnkit.nn`` = 1,
+base (``attnkit.config``, ``attnkit.errors``, ``attnkit.io``, ``attnkit.registry``, ``attnkit.version``) = 0, ``attnkit.nn`` = 1,
 ``attnkit.models`` = 2, ``attnkit.data`` = 3 (``attnkit.interop``, which reads pretrained tokenizers with
 ``attnkit.data``'s tokenizer classes, sits with data: 3), ``attnkit.training`` / ``attnkit.tasks`` = 4,
 ``attnkit.cli`` / ``attnkit.api`` / ``attnkit.tuning`` / ``attnkit.viz`` = 5; the package root ``attnkit``
@@ -25,6 +25,7 @@ LAYERS = {
     "config": 0,
     "errors": 0,
     "version": 0,
+    "registry": 0,
     "io": 0,
     "nn": 1,
     "models": 2,

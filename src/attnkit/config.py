@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from attnkit.errors import ConfigError
 from attnkit.io import decode_utf8
@@ -30,9 +31,33 @@ __all__ = [
 
 class StrictModel(BaseModel):
     """The base of every config (model, data, training): pydantic, rejects unknown keys and
-    validates on assignment."""
+    validates on assignment.
+
+    A subclass whose defaults or bounds differ from its base's says so in ``field_overrides`` (field name ->
+    a default, a ``Field(...)`` of other bounds or another default, or ``Annotated[type, Field(...)]``
+    narrowing the type): the field itself is declared once, in the class that introduces it
+    (``tests/test_config_fields.py`` fails on a field declared again along an inheritance line).
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    field_overrides: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        own = cls.__dict__.get("field_overrides")
+        if not own:
+            return
+        fields = cls.model_fields
+        for name, value in own.items():
+            if name not in fields:
+                raise TypeError(f"{cls.__name__}.field_overrides: {name!r} is not an inherited field")
+            if typing.get_origin(value) is typing.Annotated:
+                value = FieldInfo.from_annotation(value)
+            elif not isinstance(value, FieldInfo):
+                value = Field(value)
+            fields[name] = FieldInfo.merge_field_infos(fields[name], value)
+        cls.model_rebuild(force=True)
 
 
 # What reading YAML text can raise: a syntax error, a tag's constructor failing on its value

@@ -10,22 +10,19 @@ A task's data config inherits the groups of fields it uses and adds only its own
 * :class:`TokenizerKindConfig`: ``tokenizer``, one of the registered trainable kinds
   (:data:`attnkit.data.tokenizers.TOKENIZER_KINDS`).
 
-A task whose default or bounds differ from the shared ones says so in ``field_overrides`` (field name
--> a default, a ``Field(...)`` of extra bounds, or ``Annotated[type, Field(...)]`` narrowing the type);
-the field itself is not declared again. Nothing here imports Lightning.
+A task whose default or bounds differ from the shared ones says so in ``field_overrides``
+(:class:`attnkit.config.StrictModel`); the field itself is not declared again. Nothing here imports Lightning.
 """
 
 from __future__ import annotations
 
 import os
-import typing
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
-from pydantic.fields import FieldInfo
 
 from attnkit.config import StrictModel
-from attnkit.data.tokenizer_kinds import TOKENIZER_KINDS
+from attnkit.data.tokenizer_kinds import TOKENIZER_KINDS, kind_names
 
 __all__ = [
     "DataConfig",
@@ -39,7 +36,7 @@ __all__ = [
 
 # The tokenizer kinds a data config may choose: the registered kinds built from the user's texts
 # with the fixed generation specials (not "text", the classifier's layout, nor "pretrained").
-TrainableKind = Literal[TOKENIZER_KINDS.names(trainable=True, generation=True)]  # type: ignore[valid-type]  # built from the registry
+TrainableKind = Literal[kind_names(trainable=True, generation=True)]  # type: ignore[valid-type]  # built from the registry
 
 
 class DataConfig(StrictModel):
@@ -50,25 +47,8 @@ class DataConfig(StrictModel):
     the int 8). Path fields (``source`` ...) also accept a ``pathlib.Path`` (stored as ``str``)."""
 
     model_config = ConfigDict(strict=True)
-    field_overrides: ClassVar[dict[str, Any]] = {}
 
     seed: int = Field(42, description="seeds the splits, generated data and the training order")
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        own = cls.__dict__.get("field_overrides")
-        if not own:
-            return
-        for name, value in own.items():
-            if name not in cls.__pydantic_fields__:
-                raise TypeError(f"{cls.__name__}.field_overrides: {name!r} is not an inherited field")
-            if typing.get_origin(value) is typing.Annotated:
-                value = FieldInfo.from_annotation(value)
-            elif not isinstance(value, FieldInfo):
-                value = Field(value)
-            cls.__pydantic_fields__[name] = FieldInfo.merge_field_infos(cls.__pydantic_fields__[name], value)
-        cls.model_rebuild(force=True)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -9,7 +9,7 @@ Masks are True = real token (may be attended to).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -22,12 +22,13 @@ from attnkit.nn import LearnedPositionalEncoding, TransformerEncoder
 
 __all__ = ["BertArchitecture", "BertClassifier", "BertClassifierConfig", "BertConfig", "BertEncoder", "mean_pool"]
 
-_BERT_BASE = dict(d_model=768, num_heads=12, num_layers=12, dim_feedforward=3072, activation="gelu")
+_BERT_BASE: dict[str, Any] = dict(d_model=768, num_heads=12, num_layers=12, dim_feedforward=3072, activation="gelu")
 
 
-class BertArchitecture(EncoderConfig, defaults=_BERT_BASE):
+class BertArchitecture(EncoderConfig):
     """The user-set fields of a BERT encoder (stack fields as :class:`EncoderConfig`; defaults are BERT-base's)."""
 
+    field_overrides: ClassVar[dict[str, Any]] = _BERT_BASE
     max_len: int = Field(512, gt=0, description="learned positions: the longest input in tokens")
     type_vocab_size: int = Field(2, ge=0, description="token types (segments); 0 for none")
     layer_norm_eps: float = Field(1e-12, gt=0.0)

@@ -4,14 +4,13 @@
   norm...). Its :meth:`EncoderConfig.stack_spec` is the :class:`attnkit.nn.StackSpec` the models build.
 * :class:`OneOf`: a ``str`` field whose choices are a registry's names (``Annotated[str, OneOf(NORMS)]``):
   validated against the registry when the config is validated, listed in the JSON schema.
-* Family defaults: a family that wants other defaults for inherited fields says so once, with a class
-  keyword (``class BertArchitecture(EncoderConfig, defaults={"d_model": 768})``), instead of declaring
-  the fields again.
+* Family defaults: a family that wants other defaults for inherited fields says so once, in
+  ``field_overrides`` (``field_overrides = {"d_model": 768}``, :class:`attnkit.config.StrictModel`),
+  instead of declaring the fields again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -77,22 +76,6 @@ class EncoderConfig(StrictModel):
     )
     norm_first: bool = Field(False, description="pre-norm instead of the paper's post-norm")
     head_dim: int | None = Field(None, gt=0, description="per-head width (default d_model // num_heads)")
-
-    def __init_subclass__(cls, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)  # (``defaults`` is applied once pydantic built the class, below)
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        """``class Family(EncoderConfig, defaults={"field": value})``: other defaults for inherited fields."""
-        super().__pydantic_init_subclass__(**kwargs)
-        if not defaults:
-            return
-        for name, value in defaults.items():
-            if name not in cls.__pydantic_fields__:
-                raise TypeError(f"{cls.__name__}: defaults for unknown field {name!r}")
-            info = cls.__pydantic_fields__[name]
-            cls.__pydantic_fields__[name] = type(info).merge_field_infos(info, default=value)
-        cls.model_rebuild(force=True)
 
     @model_validator(mode="after")
     def _check(self) -> EncoderConfig:

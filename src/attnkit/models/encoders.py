@@ -105,16 +105,17 @@ class TransformerPredictor(nn.Module):
 class ClassifierArchitecture(EncoderConfig):
     """The user-set fields of a :class:`SequenceClassifier` (the stack fields as :class:`EncoderConfig`)."""
 
-    max_len: int = Field(512, gt=0, description="longest input in tokens")
     positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "learned"
     pooling: Literal["mean", "cls"] = "mean"
 
 
 class ClassifierConfig(ClassifierArchitecture):
-    """Sequence classification from token ids: the architecture, the vocabulary, the classes, the pad id."""
+    """Sequence classification from token ids: the architecture and what the data sets (the vocabulary, the
+    classes, the longest input, the pad id)."""
 
     vocab_size: int = Field(..., gt=0)
     num_classes: int = Field(..., ge=2)
+    max_len: int = Field(512, gt=0, description="longest input in tokens")
     pad_id: int = Field(0, ge=0)
 
 

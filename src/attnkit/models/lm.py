@@ -9,7 +9,7 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
@@ -112,7 +112,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 """The family of each preset: the fields it sets (sizes are left to the config)."""
 
 
-class LanguageModelArchitecture(EncoderConfig, defaults=dict(num_layers=4, activation="gelu", norm_first=True)):
+class LanguageModelArchitecture(EncoderConfig):
     """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`;
     by default 4 pre-norm GELU blocks); tasks build their ``model`` config section on it and add the
     vocabulary from their data.
@@ -122,6 +122,8 @@ class LanguageModelArchitecture(EncoderConfig, defaults=dict(num_layers=4, activ
     left at their defaults; fields given other values keep them. :meth:`from_preset` does the same
     from Python.
     """
+
+    field_overrides: ClassVar[dict[str, Any]] = {"num_layers": 4, "activation": "gelu", "norm_first": True}
 
     preset: Literal["gpt2", "llama", "mistral", "qwen2"] | None = Field(
         None, description="a model family's architecture: gpt2, llama, mistral or qwen2"

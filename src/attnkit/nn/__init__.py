@@ -3,7 +3,7 @@
 Shapes are batch-first (``[B, T, D]``); attention weights are ``[B, H, Tq, Tk]``; boolean masks
 mean **True = may attend**. Blocks and stacks are built from specs (:class:`BlockSpec`,
 :class:`StackSpec`); kinds are registered by name (:data:`ACTIVATIONS`, :data:`NORMS`,
-:data:`POSITIONS`, each an :class:`attnkit.nn.registry.Registry`), all on import of this package.
+:data:`POSITIONS`, each an :class:`attnkit.registry.Registry`), all on import of this package.
 """
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention, attend, scaled_dot_product_attention
@@ -34,7 +34,7 @@ from attnkit.nn.positional import (
     sinusoidal_encoding,
 )
 from attnkit.nn.positions import POSITIONS, attention_positions, embedding_positions
-from attnkit.nn.registry import Registry
+from attnkit.registry import Registry
 from attnkit.nn.specs import BlockSpec, StackSpec
 from attnkit.nn.stacks import TransformerDecoder, TransformerEncoder
 

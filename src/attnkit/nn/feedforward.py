@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.nn.registry import Registry
+from attnkit.registry import Registry
 
 __all__ = ["ACTIVATIONS", "Activation", "ActivationKind", "FeedForward"]
 

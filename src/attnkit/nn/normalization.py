@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from attnkit.nn.registry import Registry
+from attnkit.registry import Registry
 
 __all__ = ["NORMS", "Norm", "NormFactory", "RMSNorm", "make_norm"]
 

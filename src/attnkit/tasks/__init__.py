@@ -21,7 +21,7 @@ def load_run(path: str | Path) -> LoadedRun:
     """Rebuild a trained run of any registered task from its run folder or checkpoint file alone."""
     from attnkit.training import runner  # Lightning: only when a run is loaded
 
-    return runner.load_run(path, TASKS)
+    return runner.load_run(path, dict(TASKS.items()))
 
 
 def evaluate(path: str | Path, trainer: dict[str, Any] | None = None) -> dict[str, float]:

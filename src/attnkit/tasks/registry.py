@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from attnkit.config import expand_dotted, load_yaml, merge
+from attnkit.registry import Registry
 from attnkit.training.task import Task, TaskConfig
 
 __all__ = ["TASKS", "build_config", "get_task", "register_task"]
 
-TASKS: dict[str, Task[Any]] = {}
+TASKS: Registry[Task[Any]] = Registry("task")
+"""Every registered task (one instance each), by name."""
 
 T = TypeVar("T", bound=type[Task[Any]])
 
@@ -21,9 +23,9 @@ def register_task(cls: T) -> T:
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise TypeError(f"{cls.__qualname__} needs a class attribute `name` (a non-empty string) to be registered")
-    if name in TASKS and type(TASKS[name]) is not cls:
+    if name in TASKS:
         raise ValueError(f"task name {name!r} is taken by {type(TASKS[name]).__qualname__}; choose another name")
-    TASKS[name] = cls()
+    TASKS.add(name, cls())
     return cls
 
 

@@ -10,7 +10,7 @@ accept the name at once.
 from __future__ import annotations
 
 from attnkit.nn.positional import PositionalEncoding
-from attnkit.nn.registry import Registry
+from attnkit.registry import Registry
 from attnkit.nn.specs import StackSpec
 
 __all__ = ["POSITIONS", "PositionalEncoding", "attention_positions", "embedding_positions"]

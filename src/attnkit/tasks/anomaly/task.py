@@ -7,40 +7,44 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from pydantic import model_validator
 from torch import Tensor
 
 from attnkit.data.anomaly.config import AnomalyDataConfig
 from attnkit.data.anomaly.features import read_test_sets, standardize_like_run
-from attnkit.data.readers.arrays import read_sets
 from attnkit.data.collate import BatchedTensorDataset, identity_collate
-from attnkit.models import PredictorConfig
-from attnkit.models.config import EncoderConfig
+from attnkit.data.readers.arrays import read_sets
+from attnkit.models import PredictorArchitecture, PredictorConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.tasks.registry import register_task
 
 if TYPE_CHECKING:
-    from attnkit.data.base import TestDataModule
     from attnkit.data.anomaly.module import SetAnomalyDataModule
+    from attnkit.data.base import TestDataModule
     from attnkit.training.module import TaskModule
 
 __all__ = ["AnomalyConfig", "AnomalyTask"]
 
 
-class AnomalyModelConfig(EncoderConfig):
-    """No positional encoding: the model is permutation-equivariant over the set."""
-
-    input_dropout: float = 0.1
-
-
 class AnomalyConfig(TaskConfig):
     defaults: ClassVar[dict[str, Any]] = {
-        "model": {"dim_feedforward": 256},
+        # No positional encoding: the model is permutation-equivariant over the set.
+        "model": {"dim_feedforward": 256, "input_dropout": 0.1, "positional": "none"},
         "data": {"train_sets": 4000},
         "optim": {"lr": 5e-4, "warmup": 100, "gradient_clip_val": 5.0},
         "trainer": {"max_epochs": 15, "batch_size": 64},
     }
-    model: AnomalyModelConfig = AnomalyModelConfig()
+    model: PredictorArchitecture = PredictorArchitecture()
     data: AnomalyDataConfig = AnomalyDataConfig()
+
+    @model_validator(mode="after")
+    def _check_set_model(self) -> AnomalyConfig:
+        if self.model.positional != "none":
+            raise ValueError(
+                f"model.positional={self.model.positional!r}: the anomaly model reads a set, whose items have no "
+                "order; it takes no positional encoding (remove the key or set it to none)"
+            )
+        return self
 
 
 @register_task
@@ -62,7 +66,7 @@ class AnomalyTask(Task[AnomalyConfig]):
 
     def model_spec(self, cfg: AnomalyConfig, datamodule: Any) -> ModelSpec:
         model = PredictorConfig(
-            **cfg.model.model_dump(), input_dim=datamodule.feature_dim, num_outputs=1, positional="none"
+            **cfg.model.model_dump(), input_dim=datamodule.feature_dim, num_outputs=1
         )
         return ModelSpec("predictor", model.model_dump(), num_classes=datamodule.set_size)
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import Field
 
+from attnkit.data.classify.config import ClassifyDataConfig
 from attnkit.data.collate import chunks
 from attnkit.data.readers.lines import numbered_inputs
-from attnkit.data.classify.config import ClassifyDataConfig
 from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column
 from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
-from attnkit.models import BertClassifierConfig, ClassifierConfig
-from attnkit.models.config import EncoderConfig
+from attnkit.models import BertClassifierConfig, ClassifierArchitecture, ClassifierConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.tasks.registry import register_task
@@ -28,9 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["ClassifyConfig", "ClassifyTask"]
 
 
-class ClassifyModelConfig(EncoderConfig, LoraFineTuning):
-    positional: Literal["learned", "sinusoidal"] = "learned"
-    pooling: Literal["mean", "cls"] = "mean"
+class ClassifyModelConfig(ClassifierArchitecture, LoraFineTuning):
+    """The classifier's architecture (its longest input is ``data.max_len``), and where it may start from."""
+
     init: str | None = Field(
         None,
         description="start from a pretrained BERT-family encoder: a Hugging Face folder or an `attnkit import` "

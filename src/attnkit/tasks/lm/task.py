@@ -12,10 +12,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from attnkit.data.readers.lines import numbered_inputs
-from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents
+from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents, tokenizer_of
 from attnkit.data.lm.config import LMDataConfig
-from attnkit.data.lm.blocks import tokenizer_of
+from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import load_model, read_model_info

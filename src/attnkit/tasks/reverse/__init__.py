@@ -1,6 +1,6 @@
 """The reverse task: predict a random sequence of symbols in reverse order (its LightningModule:
 :mod:`attnkit.tasks.reverse.module`)."""
 
-from attnkit.tasks.reverse.task import ReverseConfig, ReverseModelConfig, ReverseTask
+from attnkit.tasks.reverse.task import ReverseConfig, ReverseTask
 
-__all__ = ["ReverseConfig", "ReverseModelConfig", "ReverseTask"]
+__all__ = ["ReverseConfig", "ReverseTask"]

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.collate import chunks
+from attnkit.data.collate import BatchedTensorDataset, chunks, identity_collate
 from attnkit.data.readers.lines import numbered_inputs
-from attnkit.data.collate import BatchedTensorDataset, identity_collate
 from attnkit.data.reverse.config import ReverseDataConfig
-from attnkit.models import PredictorConfig
-from attnkit.models.config import EncoderConfig
+from attnkit.models import PredictorArchitecture, PredictorConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.tasks.registry import register_task
 
@@ -27,12 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["ReverseConfig", "ReverseTask"]
 
 
-class ReverseModelConfig(EncoderConfig):
-    """An encoder stack and its positional encoding."""
-
-    positional: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
-
-
 class ReverseConfig(TaskConfig):
     # The tutorial's model: width 32, one head, one layer, no dropout.
     defaults: ClassVar[dict[str, Any]] = {
@@ -40,7 +32,7 @@ class ReverseConfig(TaskConfig):
         "optim": {"lr": 5e-4, "warmup": 50, "gradient_clip_val": 5.0},
         "trainer": {"max_epochs": 10, "batch_size": 128},
     }
-    model: ReverseModelConfig = ReverseModelConfig()
+    model: PredictorArchitecture = PredictorArchitecture()
     data: ReverseDataConfig = ReverseDataConfig()
 
 

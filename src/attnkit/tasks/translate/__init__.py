@@ -1,7 +1,7 @@
 """Translation with the encoder–decoder Transformer (config: :mod:`attnkit.tasks.translate.config`, task and
 translating text: :mod:`attnkit.tasks.translate.task`, LightningModule: :mod:`attnkit.tasks.translate.module`)."""
 
-from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig, TranslateModelConfig
+from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig
 from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_line
 from attnkit.tasks.translate.task import (
     TranslateTask,
@@ -14,7 +14,6 @@ from attnkit.tasks.translate.task import (
 __all__ = [
     "DecodeConfig",
     "TranslateConfig",
-    "TranslateModelConfig",
     "TranslateTask",
     "corpus_scores",
     "decode_batch",

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from attnkit.config import StrictModel
 from attnkit.data.translate.config import PairsDataConfig
-from attnkit.models.config import EncoderConfig
+from attnkit.models.seq2seq import Seq2SeqArchitecture
 from attnkit.tasks.base import TaskConfig
 
-__all__ = ["DecodeConfig", "TranslateConfig", "TranslateModelConfig"]
-
-
-class TranslateModelConfig(EncoderConfig):
-    """The translator's size: ``num_layers`` encoder and ``num_decoder_layers`` decoder blocks."""
-
-    num_decoder_layers: int | None = Field(None, gt=0, description="decoder blocks (default: num_layers)")
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    share_embeddings: bool = Field(True, description="one embedding matrix for both languages (data.shared_vocab)")
-    tie_output: bool = Field(True, description="the output projection reuses the target embedding")
+__all__ = ["DecodeConfig", "TranslateConfig"]
 
 
 class DecodeConfig(StrictModel):
@@ -35,11 +26,11 @@ class DecodeConfig(StrictModel):
 
 class TranslateConfig(TaskConfig):
     defaults: ClassVar[dict[str, Any]] = {
-        "model": {"d_model": 64, "dim_feedforward": 256},
+        "model": {"d_model": 64, "dim_feedforward": 256, "share_embeddings": True},
         "optim": {"optimizer": "adamw", "lr": 2e-3, "weight_decay": 0.01, "warmup": 200, "gradient_clip_val": 1.0},
         "trainer": {"max_epochs": 5, "batch_size": 64},
     }
-    model: TranslateModelConfig = TranslateModelConfig()
+    model: Seq2SeqArchitecture = Seq2SeqArchitecture()
     data: PairsDataConfig = PairsDataConfig()
     decode: DecodeConfig = DecodeConfig()
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="cross-entropy label smoothing")

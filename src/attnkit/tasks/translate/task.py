@@ -15,7 +15,7 @@ from attnkit.data.tokenizers import EOS_ID
 from attnkit.models.seq2seq import Seq2SeqConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task
 from attnkit.tasks.registry import register_task
-from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig, TranslateModelConfig
+from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig
 from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_line
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DecodeConfig",
     "TranslateConfig",
-    "TranslateModelConfig",
     "TranslateTask",
     "corpus_scores",
     "read_lines",
@@ -186,6 +185,8 @@ class TranslateTask(Task[TranslateConfig]):
     ) -> list[AttentionExample]:
         """Cross-attention of every decoder layer (``[H, output tokens, source tokens]``) while the
         model writes its own translation: the alignment picture."""
+        from attnkit.tasks.translate.module import TranslateModule
+
         if not isinstance(module, TranslateModule):
             raise ValueError("attention_examples needs a translate run")
         inputs = [(f"input {text!r}", text) for text in texts or []]

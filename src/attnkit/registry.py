@@ -1,4 +1,4 @@
-"""A small registry of named kinds (norms, activations, positional encodings, models...).
+"""A small registry of named kinds (norms, activations, positional encodings, models, tasks, tokenizer kinds).
 
 ``REG = Registry[T]("norm")``; ``@REG.register("rmsnorm")`` on a class or function registers it under
 that name; ``REG.get(name)`` returns it, or raises a ``ValueError`` that lists the choices;
@@ -59,7 +59,12 @@ class Registry(Generic[T]):
         return self.get(name)
 
     def items(self) -> list[tuple[str, T]]:
+        """``(name, object)`` pairs, in registration order."""
         return list(self._items.items())
+
+    def values(self) -> list[T]:
+        """The registered objects, in registration order."""
+        return list(self._items.values())
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self._items
