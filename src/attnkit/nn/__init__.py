@@ -34,9 +34,9 @@ from attnkit.nn.positional import (
     sinusoidal_encoding,
 )
 from attnkit.nn.positions import POSITIONS, attention_positions, embedding_positions
-from attnkit.registry import Registry
 from attnkit.nn.specs import BlockSpec, StackSpec
 from attnkit.nn.stacks import TransformerDecoder, TransformerEncoder
+from attnkit.registry import Registry
 
 __all__ = [
     "ACTIVATIONS",

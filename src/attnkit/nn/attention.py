@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from attnkit.nn.masks import (
     PreparedAttention,
-    _check_bool,
+    check_bool_mask,
     expand_attention_mask,
     finalize_mask,
     masked_fill_value,
@@ -64,7 +64,7 @@ def scaled_dot_product_attention(
     if is_causal and q_len > k_len:
         raise ValueError(f"is_causal: q_len ({q_len}) must not exceed k_len ({k_len}) (queries are the last keys)")
     if mask is not None:
-        _check_bool(mask, "mask")
+        check_bool_mask(mask, "mask")
         scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q_len, k_len)
         try:
             ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)

@@ -17,6 +17,7 @@ __all__ = [
     "alibi_bias",
     "band_mask",
     "causal_mask",
+    "check_bool_mask",
     "combine_masks",
     "expand_attention_mask",
     "finalize_mask",
@@ -97,12 +98,13 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     for m in masks:
         if m is None:
             continue
-        _check_bool(m, "mask")
+        check_bool_mask(m, "mask")
         out = m if out is None else out & m
     return out
 
 
-def _check_bool(mask: Tensor, name: str) -> None:
+def check_bool_mask(mask: Tensor, name: str) -> None:
+    """A ``TypeError`` unless ``mask`` (named ``name`` in the message) is boolean, True = may attend."""
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
@@ -133,7 +135,7 @@ def expand_attention_mask(
     expected_heads = "H" if num_heads is None else str(num_heads)
     out: Tensor | None = None
     if attn_mask is not None:
-        _check_bool(attn_mask, names[0])
+        check_bool_mask(attn_mask, names[0])
         if attn_mask.dim() == 2:
             m = attn_mask[None, None]
         elif attn_mask.dim() == 3:
@@ -151,7 +153,7 @@ def expand_attention_mask(
             )
         out = m
     if key_padding_mask is not None:
-        _check_bool(key_padding_mask, names[1])
+        check_bool_mask(key_padding_mask, names[1])
         if key_padding_mask.dim() != 2 or not _broadcastable(key_padding_mask.shape, (batch, k_len)):
             raise ValueError(
                 f"{names[1]} has shape {tuple(key_padding_mask.shape)}; expected [B, Tk]=[{batch}, {k_len}] "

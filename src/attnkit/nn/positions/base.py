@@ -10,8 +10,8 @@ accept the name at once.
 from __future__ import annotations
 
 from attnkit.nn.positional import PositionalEncoding
-from attnkit.registry import Registry
 from attnkit.nn.specs import StackSpec
+from attnkit.registry import Registry
 
 __all__ = ["POSITIONS", "PositionalEncoding", "attention_positions", "embedding_positions"]
 
