@@ -38,7 +38,7 @@ def test_a_name_is_registered_once(echo_task):
     class Other(ReverseTask):
         name = "echo"
 
-    with pytest.raises(ValueError, match="task name 'echo' is taken by .*EchoTask"):
+    with pytest.raises(ValueError, match=r"task name 'echo' is taken by .*EchoTask"):
         register_task(Other)
     assert type(get_task("echo")) is echo_task
 
