@@ -2,8 +2,8 @@
 
 Layers (a module may import attnkit modules of its own layer or below only):
 base (``attnkit.config``, ``attnkit.errors``, ``attnkit.io``, ``attnkit.registry``, ``attnkit.version``) = 0,
-``attnkit.nn`` = 1, ``attnkit.models`` = 2, ``attnkit.data`` = 3 (``attnkit.interop``, which reads pretrained tokenizers with
-``attnkit.data``'s tokenizer classes, sits with data: 3), ``attnkit.training`` / ``attnkit.tasks`` = 4,
+``attnkit.nn`` = 1, ``attnkit.models`` = 2, ``attnkit.data`` = 3 (``attnkit.interop``, which reads pretrained
+tokenizers with ``attnkit.data``'s tokenizer classes, sits with data: 3), ``attnkit.training`` / ``attnkit.tasks`` = 4,
 ``attnkit.cli`` / ``attnkit.api`` / ``attnkit.tuning`` / ``attnkit.viz`` = 5; the package root ``attnkit``
 (which re-exports the API) and ``attnkit.__main__`` (``python -m attnkit``) = 6. Every import counts, at
 module level or inside a function: a lazy import must not hide a cycle.
