@@ -65,9 +65,7 @@ class AnomalyTask(Task[AnomalyConfig]):
         return SetAnomalyDataModule(cfg.data, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
 
     def model_spec(self, cfg: AnomalyConfig, datamodule: Any) -> ModelSpec:
-        model = PredictorConfig(
-            **cfg.model.model_dump(), input_dim=datamodule.feature_dim, num_outputs=1
-        )
+        model = PredictorConfig(**cfg.model.model_dump(), input_dim=datamodule.feature_dim, num_outputs=1)
         return ModelSpec("predictor", model.model_dump(), num_classes=datamodule.set_size)
 
     def predict(self, module: TaskModule, inputs: list[str], *, standardized: bool = False) -> list[str]:
