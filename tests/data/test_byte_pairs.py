@@ -1,4 +1,4 @@
-"""attnkit.data.encode.BytePairs: byte-level BPE of many pieces at once gives Hugging Face's ids, and
+"""attnkit.data.byte_pairs.BytePairs: byte-level BPE of many pieces at once gives Hugging Face's ids, and
 is refused (None: Hugging Face encodes) for merge lists where its steps could differ."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-from attnkit.data.encode import PIECES, BytePairs, fast_encoder, split_ascii_bpe
+from attnkit.data.byte_pairs import BytePairs, split_ascii_bpe
+from attnkit.data.encode import fast_encoder
+from attnkit.data.tokenizer_kinds import kind_spec
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
 
 RUNS = ["a" * 9, "aa", "!" * 7, " " * 6, "ab" * 5, "0" * 8, "x" * 3 + "y" * 5, "\n" * 4, ".-" * 4]
@@ -45,7 +47,7 @@ def _ours(pairs: BytePairs, pieces: list[str]) -> tuple[list[int], list[int]]:
 
 def _pieces(text: str) -> list[str]:
     """``text`` split as the BPE tokenizer splits ASCII text."""
-    return PIECES["bpe"].findall(text)
+    return kind_spec("bpe").chunks.pieces.findall(text)
 
 
 ascii_text = st.lists(
@@ -143,7 +145,7 @@ SPLIT_PIECES += [" ", "  ", "\t", "\n", " \n", "\n ", "\r\n", "a", "Ab", "42", "
     ).map("".join)
 )
 def test_ascii_split_is_the_patterns(text: str):
-    assert split_ascii_bpe(text) == PIECES["bpe"].findall(text)
+    assert split_ascii_bpe(text) == kind_spec("bpe").chunks.pieces.findall(text)
 
 
 def test_ascii_split_of_every_pair_and_triple_of_classes():
@@ -152,4 +154,4 @@ def test_ascii_split_of_every_pair_and_triple_of_classes():
         for b in chars:
             for c in chars:
                 for text in (a + b + c, a + b + c + "'s", " " + a + b + c + "ll", a + b + "'" + c + "e"):
-                    assert split_ascii_bpe(text) == PIECES["bpe"].findall(text), repr(text)
+                    assert split_ascii_bpe(text) == kind_spec("bpe").chunks.pieces.findall(text), repr(text)

@@ -1,4 +1,4 @@
-"""The token cache's encoder (attnkit.data.encode.fast_encoder; attnkit.data.encode.ChunkEncoder for
+"""The token cache's encoder (attnkit.data.encode.fast_encoder; attnkit.data.chunk_encoder.ChunkEncoder for
 word and BPE) gives exactly the ids of Tokenizer.encode(doc, add_bos=True, add_eos=True)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-import attnkit.data.encode as encode_module
+import attnkit.data.chunk_encoder as chunk_encoder_module
 from attnkit.data.cache import token_dtype
-from attnkit.data.encode import ChunkEncoder, _chunks, _merge_unsafe_cuts, fast_encoder, fits
+from attnkit.data.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
+from attnkit.data.encode import fast_encoder
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.tokenizers import Tokenizer, build_tokenizer
 
@@ -130,7 +131,7 @@ def test_chunks_are_cut_at_spaces_next_to_ascii_that_is_not_whitespace():
     whitespace, nor where only a non-ASCII character (U+00A0 is whitespace to Hugging Face) decides."""
     text = "\x00def f(x):\n    return  x\n\t\u00a0 y é z \u00a0 \u00a0\n \n"
     expected = ["\x00def", "f(x):\n   ", "return", "", "x\n\t\u00a0", "y", "é", "z", "\u00a0 \u00a0\n \n"]
-    assert _chunks(text) == expected
+    assert safe_chunks(text) == expected
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -148,7 +149,7 @@ def test_text_holding_every_mark_character(kind: str, monkeypatch: pytest.Monkey
     """The safe spaces are marked with a character the text does not hold; a text holding all of
     them is split at every space and the chunks around the unsafe spaces joined again."""
     merged = []
-    monkeypatch.setattr(encode_module, "_merge_unsafe_cuts", lambda *a: merged.append(1) or _merge_unsafe_cuts(*a))
+    monkeypatch.setattr(chunk_encoder_module, "merge_unsafe_cuts", lambda *a: merged.append(1) or merge_unsafe_cuts(*a))
     tok = _tokenizer(kind)
     marks = "".join(map(chr, range(1, 32)))
     docs = [marks, "a\t b  c d", " x\n y z\x1c w", "q " + marks + " r  ", "é s t", "", "x  "]

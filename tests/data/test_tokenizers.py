@@ -363,12 +363,12 @@ def test_a_huge_document_is_trained_on_in_parts_with_the_same_vocabulary(kind: s
     size=st.integers(1, 20),
 )
 def test_cut_long_texts_cuts_where_both_splits_are_unchanged(text: str, size: int):
-    from attnkit.data.encode import PIECES
+    from attnkit.data.tokenizer_kinds import kind_spec
     from attnkit.data.tokenizers import WORD_PATTERN, cut_long_texts
 
     parts = list(cut_long_texts([text], size))
     assert "".join(parts) == text and (all(parts) or parts == [text])
     for a, b in itertools.pairwise(parts):
         assert a.endswith("\n") and "!" <= a[-2] <= "~" and "!" <= b[0] <= "~"
-    for pattern in (PIECES["bpe"], re.compile(WORD_PATTERN)):
+    for pattern in (kind_spec("bpe").chunks.pieces, re.compile(WORD_PATTERN)):
         assert [p for part in parts for p in pattern.findall(part)] == pattern.findall(text)

@@ -118,7 +118,7 @@ class Tokenizer:
         kind: ``"char"``, ``"word"``, ``"bpe"``, ``"text"`` or ``"pretrained"`` (see the module docstring).
         special_tokens: role (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``) -> token
             string; tokens not in the vocabulary are left out. ``pad_id`` ... ``mask_id`` are the ids
-            of these roles (``None`` when absent).
+            of these roles (``None`` when absent). ``spec``: the kind's ``tokenizer_kinds.KindSpec``.
 
     Special-token strings typed in a text (``"<bos>"``) are text for every kind but ``pretrained``
     (where ``"[MASK]"`` is the model's mask token, as in Hugging Face).
@@ -134,12 +134,13 @@ class Tokenizer:
         backend.no_padding()
         self.backend = backend
         self.kind = kind
+        self.spec = TOKENIZER_KINDS.get(kind)  # what the rest of attnkit asks of the kind
         self.special_tokens = {
             role: token
             for role, token in (special_tokens or {}).items()
             if token is not None and backend.token_to_id(token) is not None
         }
-        if kind != "pretrained":
+        if not self.spec.pretrained:
             backend.add_special_tokens(list(self.special_tokens.values()))  # already in the vocabulary: same ids
             backend.encode_special_tokens = True  # "<bos>" typed in a text is text (not saved by to_str)
         self._special_ids = frozenset(self.backend.token_to_id(t) for t in self.special_tokens.values())
@@ -200,7 +201,7 @@ class Tokenizer:
         ``decode(ids, skip_special_tokens=skip_special)``.
         """
         ids = self._ids_list(ids)
-        if self.kind == "pretrained":
+        if self.spec.pretrained:
             return self.backend.decode(ids, skip_special_tokens=skip_special)
         unk = self._id("unk")
         out: list[str] = []
@@ -216,7 +217,7 @@ class Tokenizer:
                 run.append(i)
         if run:
             out.append(self.backend.decode(run, skip_special_tokens=False))
-        return (" " if self.kind == "text" else "").join(out)
+        return self.spec.decode_joiner.join(out)
 
     def _ids_list(self, ids: Any) -> list[int]:
         if hasattr(ids, "tolist"):  # a tensor or a NumPy array
@@ -312,7 +313,7 @@ class StreamDecoder:
         self.skip_special = skip_special
         self.ids: list[int] = []
         self._emitted = 0
-        self._whole = TOKENIZER_KINDS.get(tokenizer.kind).whole_tokens  # one token is always whole text
+        self._whole = tokenizer.spec.whole_tokens  # one token is always whole text
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import processors
 from torch import nn
 
+from attnkit.data.tokenizer_kinds import kind_names
 from attnkit.data.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop.gpt2 import gpt2_problems, gpt2_rules, hf_gpt2_config
@@ -87,12 +88,13 @@ def hf_tokenizer(tokenizer: Any) -> Tokenizer:
     """
     if not isinstance(tokenizer, Tokenizer):
         raise TypeError(f"expected an attnkit Tokenizer, got {type(tokenizer).__name__}")
-    if tokenizer.kind == "pretrained":
+    if tokenizer.spec.pretrained:
         return tokenizer
-    if tokenizer.kind not in ("char", "word", "bpe"):
+    if not tokenizer.spec.generation:
+        kinds = [*kind_names(generation=True), *kind_names(pretrained=True)]
         raise ConfigError(
             f"a {tokenizer.kind!r} tokenizer cannot be written as a language model's Hugging Face tokenizer.json "
-            "(only char, word, bpe and pretrained ones)"
+            f"(only {', '.join(kinds[:-1])} and {kinds[-1]} ones)"
         )
     spec = json.loads(tokenizer.backend.to_str())
     for added in spec.get("added_tokens", []):

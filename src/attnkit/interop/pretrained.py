@@ -177,7 +177,7 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
     pretrained = load_pretrained(path)
     tokenizer = (
         pretrained.tokenizer
-        if isinstance(pretrained.tokenizer, Tokenizer) and pretrained.tokenizer.kind == "pretrained"
+        if isinstance(pretrained.tokenizer, Tokenizer) and pretrained.tokenizer.spec.pretrained
         else None
     )
     info = pretrained.info if (pretrained.source / INFO_FILE).is_file() else {}

@@ -42,11 +42,11 @@ ENCODE_BATCH = 4096  # texts per Hugging Face encode_batch call
 def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
     """Every text's ids, at most ``max_len`` (cut at the end); a text with no token is ``[unk_id]``
     (no row is fully masked). The same ids as ``tokenizer.encode(text, max_len)`` one by one (tested),
-    in parallel batches (Hugging Face ``encode_batch``) except for pretrained tokenizers, whose
-    special tokens are added after the cut."""
+    in parallel batches (Hugging Face ``encode_batch``) except for pretrained tokenizers (their
+    kind's ``pretrained`` flag), whose special tokens are added after the cut."""
     out: list[list[int]] = []
     for batch in chunks(texts, ENCODE_BATCH):
-        if tokenizer.kind == "pretrained":
+        if tokenizer.spec.pretrained:  # its special tokens are added after the cut
             encoded = [tokenizer.encode(t, max_len) for t in batch]
         else:
             encoded = [ids[:max_len] for ids in tokenizer.encode_batch(list(batch))]
