@@ -118,7 +118,7 @@ class Tokenizer:
         kind: ``"char"``, ``"word"``, ``"bpe"``, ``"text"`` or ``"pretrained"`` (see the module docstring).
         special_tokens: role (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``) -> token
             string; tokens not in the vocabulary are left out. ``pad_id`` ... ``mask_id`` are the ids
-            of these roles (``None`` when absent). ``spec``: the kind's ``tokenizer_kinds.KindSpec``.
+            of these roles (``None`` when absent).
 
     Special-token strings typed in a text (``"<bos>"``) are text for every kind but ``pretrained``
     (where ``"[MASK]"`` is the model's mask token, as in Hugging Face).
@@ -134,7 +134,6 @@ class Tokenizer:
         backend.no_padding()
         self.backend = backend
         self.kind = kind
-        self.spec = TOKENIZER_KINDS.get(kind)  # what the rest of attnkit asks of the kind
         self.special_tokens = {
             role: token
             for role, token in (special_tokens or {}).items()
@@ -145,6 +144,8 @@ class Tokenizer:
             backend.encode_special_tokens = True  # "<bos>" typed in a text is text (not saved by to_str)
         self._special_ids = frozenset(self.backend.token_to_id(t) for t in self.special_tokens.values())
         self._n_post = backend.num_special_tokens_to_add(is_pair=False)
+
+    spec = property(lambda self: TOKENIZER_KINDS.get(self.kind), doc="the kind's registered KindSpec")
 
     def _id(self, role: str) -> int | None:
         token = self.special_tokens.get(role)
