@@ -62,6 +62,15 @@ def test_cli_test_and_predict(tiny_reverse_run: Path):
     assert bad.returncode == 2 and "trained on sequences of 8 symbols" in bad.stderr
 
 
+def test_tasks_evaluate_passes_trainer_overrides_as_such(tiny_reverse_run: Path):
+    """``attnkit.tasks.evaluate(path, trainer)``: the overrides go to the trainer section (mypy found
+    them passed on as the data module)."""
+    from attnkit.tasks import evaluate
+
+    metrics = evaluate(tiny_reverse_run, {"batch_size": 7})
+    assert set(metrics) == {"test/acc", "test/loss"}
+
+
 def test_cli_lists_tasks_and_help():
     out = run_cli("tasks").stdout
     assert "reverse" in out and "classify" in out

@@ -22,7 +22,7 @@ from torch import nn
 from attnkit.config import validate_config
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.models import MODELS, build_model
+from attnkit.models import MODELS, StrictModel, build_model
 from attnkit.models.lora import is_lora, merge_lora
 from attnkit.version import __version__
 
@@ -62,11 +62,14 @@ def save_model(
 ) -> Path:
     """Write ``model`` (a registered attnkit model with a ``config``) to ``folder``; returns the folder."""
     folder = Path(folder)
+    name = model_name(model)
+    config = model.config
+    assert isinstance(config, StrictModel)  # every registered model keeps its config
     info: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "attnkit_version": __version__,
-        "model": {"name": model_name(model), "config": model.config.model_dump(mode="json")},  # type: ignore[union-attr]
+        "model": {"name": name, "config": config.model_dump(mode="json")},
     }
     for key, value in (("task", task), ("artifacts", artifacts), ("source", source)):
         if value is not None:
@@ -105,7 +108,8 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: unsupported version {info.get('version')!r} (this attnkit reads {VERSION})")
     model = info.get("model")
     name = model.get("name") if isinstance(model, dict) else None
-    if not isinstance(name, str) or name not in MODELS or not isinstance(model.get("config"), dict):
+    ok = isinstance(name, str) and name in MODELS
+    if not isinstance(model, dict) or not ok or not isinstance(model.get("config"), dict):
         raise ConfigError(f"{path}: 'model' must be {{'name': one of {sorted(MODELS)}, 'config': {{...}}}}")
     return info
 

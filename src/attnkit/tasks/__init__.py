@@ -29,7 +29,7 @@ def evaluate(path: str | Path, trainer: dict[str, Any] | None = None) -> dict[st
     ``trainer`` overrides the run's trainer section (see :func:`attnkit.training.runner.evaluate`)."""
     from attnkit.training import runner  # Lightning: only when a run is evaluated
 
-    return runner.evaluate(load_run(path), trainer)
+    return runner.evaluate(load_run(path), trainer=trainer)
 
 
 __all__ = [

@@ -25,7 +25,9 @@ __all__ = ["LORA_BASE_KEY", "keep_trained_tensors", "restore_base_tensors"]
 LORA_BASE_KEY = "lora_base"
 
 
-def keep_trained_tensors(checkpoint: dict[str, Any], model: nn.Module, prefix: str, base: dict[str, str]) -> None:
+def keep_trained_tensors(
+    checkpoint: dict[str, Any], model: nn.Module, prefix: str, base: dict[str, str | None]
+) -> None:
     """Strip ``checkpoint["state_dict"]`` down to the trained tensors of ``model`` (its keys start with
     ``prefix``) and add the base reference ``base`` (``{"init": path, "sha256": fingerprint}``)."""
     keep = {prefix + key for key in lora_state_keys(model)}

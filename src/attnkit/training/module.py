@@ -76,7 +76,10 @@ class TaskModule(L.LightningModule):
         """Validation / test step: ``<stage>/loss`` and each metric's ``<stage>/<name>``, over the epoch."""
         loss, logits, target = self.step(batch)
         self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
-        for name, metric in self.stage_metrics[stage].items():
+        metrics = self.stage_metrics[stage]
+        assert isinstance(metrics, nn.ModuleDict)
+        for name, metric in metrics.items():
+            assert isinstance(metric, Metric)  # built by metrics()
             metric.update(logits.detach(), target)
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=True)
         return loss
@@ -106,7 +109,8 @@ class TaskModule(L.LightningModule):
         """Whether Lightning's loggers write the step being trained: its rule (the step's number is a
         multiple of ``log_every_n_steps``) from the trainer's public attributes."""
         trainer = self.trainer
-        return bool(trainer.loggers) and (trainer.global_step + 1) % trainer.log_every_n_steps == 0
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]  # Lightning sets it in Trainer.__init__, undeclared
+        return bool(trainer.loggers) and (trainer.global_step + 1) % every == 0
 
     def on_train_epoch_start(self) -> None:
         self._train_sums = torch.zeros(3, device=self.device)

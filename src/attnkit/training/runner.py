@@ -295,6 +295,7 @@ def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) 
     ok = isinstance(hparams, dict) and isinstance(hparams.get("task"), str) and isinstance(hparams.get("config"), dict)
     if not ok or "state_dict" not in checkpoint:
         raise CheckpointError(f"{path} is not an attnkit checkpoint (no attnkit hyper-parameters or weights)")
+    assert isinstance(hparams, dict)  # ok says so
     if task is not None and hparams["task"] != task.name:
         raise CheckpointError(f"{path} is a checkpoint of task {hparams['task']!r}, not {task.name!r}")
     major = str(hparams.get("attnkit_version", "0")).split(".")[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -36,6 +37,6 @@ class CosineWarmupScheduler(LRScheduler):
         self.max_iters = max_iters
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | Tensor]:  # a base lr may be a tensor (torch's LRScheduler)
         factor = cosine_warmup_factor(self.last_epoch, self.warmup, self.max_iters)
         return [base_lr * factor for base_lr in self.base_lrs]

@@ -98,7 +98,7 @@ class WorkerSpec:
     n_trials: int
     deadline: float | None  # time.time() after which no trial starts
     sampler: str
-    pruner: str
+    pruner: str | None  # None: no pruning
     seed: int
     startup_trials: int
     heartbeat: int

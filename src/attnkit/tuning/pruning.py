@@ -47,10 +47,10 @@ class PruningCallback(Callback):
         if value is None:
             logged = ", ".join(sorted(trainer.callback_metrics)) or "nothing"
             raise TrialFailed(f"the task logged no {self.monitor} at validation (logged: {logged})")
-        value = float(value)
-        if not math.isfinite(value):
-            raise TrialFailed(f"{self.monitor} is {value} after epoch {epoch + 1}")
-        self.trial.report(value, step=epoch)
+        score = float(value)
+        if not math.isfinite(score):
+            raise TrialFailed(f"{self.monitor} is {score} after epoch {epoch + 1}")
+        self.trial.report(score, step=epoch)
         last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
         if not last and self.trial.should_prune():  # a run that has trained to the end is complete
-            raise optuna.TrialPruned(f"stopped after epoch {epoch + 1} by the pruner: {self.monitor} {value:.4f}")
+            raise optuna.TrialPruned(f"stopped after epoch {epoch + 1} by the pruner: {self.monitor} {score:.4f}")

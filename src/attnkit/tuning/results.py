@@ -188,7 +188,9 @@ def plot_intermediate(study: optuna.Study, monitor: str) -> Figure:
         if not t.intermediate_values:
             continue
         steps = sorted(t.intermediate_values)
-        style = {"color": "tab:gray", "alpha": 0.6, "linestyle": "--"} if t.state == TrialState.PRUNED else {}
+        style: dict[str, Any] = (
+            {"color": "tab:gray", "alpha": 0.6, "linestyle": "--"} if t.state == TrialState.PRUNED else {}
+        )
         ax.plot([s + 1 for s in steps], [t.intermediate_values[s] for s in steps], marker=".", **style)
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

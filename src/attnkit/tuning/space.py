@@ -366,4 +366,7 @@ def _param(key: str, spec: Any, where: str) -> Param:
     if kind == "float":
         low, high = float(low), float(high)
         step = float(step) if step is not None else None
-    return Param(key, kind, low=low, high=high, log=log, step=None if log else step, where=where)
+    # kind is int or float here (categorical returned above)
+    return Param(
+        key, "int" if kind == "int" else "float", low=low, high=high, log=log, step=None if log else step, where=where
+    )

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 
@@ -83,7 +83,11 @@ def _diff(stored: dict[str, Any], now: dict[str, Any]) -> str:
 
 
 def _open_study(
-    storage: optuna.storages.RDBStorage, name: str, meta: dict[str, Any], direction: str, url: str
+    storage: optuna.storages.RDBStorage,
+    name: str,
+    meta: dict[str, Any],
+    direction: Literal["maximize", "minimize"],
+    url: str,
 ) -> optuna.Study:
     study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True)
     stored = study.user_attrs.get(META_ATTR)
@@ -153,7 +157,7 @@ def tune(
     monitor, mode = getattr(spec, "monitor", ("val/acc", "max"))
     if mode not in ("max", "min"):
         raise ConfigError(f"task {task!r} monitors {monitor} with mode {mode!r}; expected 'max' or 'min'")
-    direction = "maximize" if mode == "max" else "minimize"
+    direction: Literal["maximize", "minimize"] = "maximize" if mode == "max" else "minimize"
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
         raise ConfigError(f"--trials must be a positive integer, got {n_trials!r}")
     if not isinstance(workers, int) or workers < 1:

@@ -40,7 +40,7 @@ def _layer_maps(maps: Sequence[Tensor | np.ndarray] | Tensor | np.ndarray) -> li
         maps = list(maps)
     if len(maps) == 0:
         raise ValueError("no attention maps to plot (the model returned no attention layer)")
-    out = []
+    out: list[np.ndarray] = []
     for i, m in enumerate(maps):
         a = m.detach().float().cpu().numpy() if isinstance(m, Tensor) else np.asarray(m, dtype=np.float32)
         if a.ndim == 4 and a.shape[0] == 1:

@@ -15,7 +15,7 @@ __all__ = ["AnomalyModule"]
 class AnomalyModule(ClassifierModule):
     """A score per set element; softmax over the set's positions picks the odd one out."""
 
-    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Tensor) -> Tensor:
         return self.model(x).squeeze(-1)  # [B, N]
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:

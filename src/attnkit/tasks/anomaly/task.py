@@ -81,6 +81,7 @@ class AnomalyTask(Task[AnomalyConfig]):
                     dm = self.build_datamodule(cfg)
                     dm.setup("test")
                     test_sets = dm.test_dataset
+                    assert test_sets is not None  # setup("test") builds it
                 index = int(item)
                 if index >= len(test_sets):
                     raise ValueError(f"anomaly: test set index {index} out of range (there are {len(test_sets)})")

@@ -15,7 +15,7 @@ from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column
 from attnkit.errors import ConfigError
 from attnkit.interop import load_encoder, pretrained_encoder_config, pretrained_tokenizer
-from attnkit.models import BertClassifierConfig, ClassifierArchitecture, ClassifierConfig
+from attnkit.models import BertClassifier, BertClassifierConfig, ClassifierArchitecture, ClassifierConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.tasks.registry import register_task
@@ -84,6 +84,7 @@ class ClassifyTask(Task[ClassifyConfig]):
 
     def _pretrained_spec(self, cfg: ClassifyConfig, datamodule: Any) -> ModelSpec:
         """The pretrained encoder's architecture with a new head (``model.init``)."""
+        assert cfg.model.init is not None  # model_spec comes here only with model.init
         encoder = pretrained_encoder_config(cfg.model.init)
         if datamodule.max_len > encoder.max_len:
             raise ConfigError(
@@ -107,6 +108,7 @@ class ClassifyTask(Task[ClassifyConfig]):
         """With ``model.init``, the encoder starts from the pretrained weights (the head stays new)."""
         if cfg.model.init:
             encoder = load_encoder(cfg.model.init).state_dict()
+            assert isinstance(module.model, BertClassifier)  # model_spec: a pretrained encoder with a new head
             load_base_state_dict(module.model.bert, encoder, source=f"model.init={cfg.model.init}")
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:

@@ -41,11 +41,18 @@ class LanguageModelModule(ClassifierModule):
         self._batch_nll = (nll.detach(), count)
         return nll / max(count, 1), logits, targets
 
+    def _sums(self, stage: str) -> tuple[SumMetric, SumMetric]:
+        """The stage's summed negative log-likelihood and token count."""
+        nll_sum, token_count = self.nll_sum[stage], self.token_count[stage]
+        assert isinstance(nll_sum, SumMetric) and isinstance(token_count, SumMetric)
+        return nll_sum, token_count
+
     def _accumulate(self, stage: str) -> None:
         assert self._batch_nll is not None
         nll, count = self._batch_nll
-        self.nll_sum[stage].update(nll)
-        self.token_count[stage].update(torch.tensor(float(count), device=nll.device))
+        nll_sum, token_count = self._sums(stage)
+        nll_sum.update(nll)
+        token_count.update(torch.tensor(float(count), device=nll.device))
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         super().validation_step(batch, batch_idx)
@@ -56,9 +63,10 @@ class LanguageModelModule(ClassifierModule):
         self._accumulate("test")
 
     def _log_text_metrics(self, stage: str) -> None:
-        nll, count = self.nll_sum[stage].compute(), self.token_count[stage].compute()
-        self.nll_sum[stage].reset()
-        self.token_count[stage].reset()
+        nll_sum, token_count = self._sums(stage)
+        nll, count = nll_sum.compute(), token_count.compute()
+        nll_sum.reset()
+        token_count.reset()
         if self.trainer.sanity_checking or float(count) == 0:
             return
         # nll and count are the whole split's (summed over the processes), so the figures are the

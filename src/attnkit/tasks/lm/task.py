@@ -81,7 +81,9 @@ class LanguageModelTask(Task[LMConfig]):
     def build_datamodule(self, cfg: LMConfig, artifacts: dict[str, Any] | None = None) -> LanguageModelDataModule:
         from attnkit.data.lm.module import LanguageModelDataModule
 
-        kw = dict(block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers)
+        kw: dict[str, Any] = dict(
+            block=cfg.model.max_len, batch_size=cfg.trainer.batch_size, num_workers=cfg.trainer.num_workers
+        )
         if artifacts:
             return LanguageModelDataModule.from_artifacts(cfg.data, artifacts, **kw)
         if cfg.model.init:  # the base model's tokenizer
@@ -116,7 +118,7 @@ class LanguageModelTask(Task[LMConfig]):
         tokenizer = tokenizer_of(module.hparams["artifacts"])
         out = []
         for prompt in inputs:
-            (text,) = generate_text(module.model, tokenizer, prompt, max_new_tokens=200, temperature=0.0)
+            (text,) = generate_text(_language_model(module), tokenizer, prompt, max_new_tokens=200, temperature=0.0)
             out.append(text.replace("\\", "\\\\").replace("\n", "\\n"))
         return out
 
@@ -140,7 +142,7 @@ class LanguageModelTask(Task[LMConfig]):
         ``perplexity = exp(nll / tokens)``. A text longer than the context is cut into consecutive
         blocks of it (as in training). ``batch_size`` blocks run at a time."""
         tokenizer = tokenizer_of(module.hparams["artifacts"])
-        block = module.model.config.max_len
+        block = _language_model(module).config.max_len
         lines = numbered_inputs(path)
         packed = [pack_documents([tokenizer.encode(text)], block) for _, text in lines]
         owner = torch.cat([torch.full((len(x),), i) for i, (x, _) in enumerate(packed)])
@@ -163,7 +165,7 @@ class LanguageModelTask(Task[LMConfig]):
         """Causal self-attention over ``<bos>`` + the tokens of each text, then of the first
         ``max_len - 1`` tokens of each validation document of ``indices``."""
         tokenizer = tokenizer_of(module.hparams["artifacts"])
-        model: LanguageModel = module.model  # type: ignore[assignment]
+        model = _language_model(module)
         max_len = model.config.max_len
         inputs = [(f"{t!r}", t) for t in texts or []]
         for name, text in inputs:
@@ -189,6 +191,13 @@ class LanguageModelTask(Task[LMConfig]):
             labels = [_token_label(tokenizer, i) for i in ids]
             out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, f"lm, {name}"))
         return out
+
+
+def _language_model(module: TaskModule) -> LanguageModel:
+    """The module's model (the task's model_spec builds a :class:`LanguageModel`)."""
+    model = module.model
+    assert isinstance(model, LanguageModel)
+    return model
 
 
 def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
@@ -280,7 +289,7 @@ def generate_text(
     )
     if single:
         return [
-            prompt + _stream_one(model, tokenizer, prompts[0], max_new_tokens, options, stops, write)
+            prompts[0] + _stream_one(model, tokenizer, prompts[0], max_new_tokens, options, stops, write)
             for _ in range(num_samples)
         ]
     items = [p for p in prompts for _ in range(num_samples)]
@@ -351,4 +360,4 @@ def generate_from_run(run: str | Path, prompt: str | Sequence[str] = "", **kwarg
 
     loaded = load_run(run, LanguageModelTask())
     tokenizer = tokenizer_of(loaded.hparams["artifacts"])
-    return generate_text(loaded.module.model, tokenizer, prompt, **kwargs)  # type: ignore[arg-type]
+    return generate_text(_language_model(loaded.module), tokenizer, prompt, **kwargs)

@@ -13,7 +13,7 @@ from torch import Tensor
 from attnkit.data.collate import BatchedTensorDataset, chunks, identity_collate
 from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.reverse.config import ReverseDataConfig
-from attnkit.models import PredictorArchitecture, PredictorConfig
+from attnkit.models import PredictorArchitecture, PredictorConfig, TransformerPredictor
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig, attention_weights
 from attnkit.tasks.registry import register_task
 
@@ -58,7 +58,7 @@ class ReverseTask(Task[ReverseConfig]):
         return ModelSpec("predictor", model.model_dump(), num_classes=n)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
-        n = module.model.config.input_dim
+        n = _num_categories(module)
         seq_len = module.hparams["config"]["data"]["seq_len"]
         out = []
         for text in inputs:
@@ -101,7 +101,7 @@ class ReverseTask(Task[ReverseConfig]):
     ) -> list[AttentionExample]:
         """Self-attention over the input symbols; ``texts`` as for :meth:`predict` (at most ``seq_len`` symbols)."""
         cfg = ReverseConfig.model_validate(module.hparams["config"])
-        n = module.model.config.input_dim
+        n = _num_categories(module)
         inputs: list[tuple[str, Tensor]] = []
         for text in texts or []:
             symbols = _parse_symbols(text, n)
@@ -120,15 +120,22 @@ class ReverseTask(Task[ReverseConfig]):
                     raise ValueError(f"reverse: validation example {index} out of range (there are {len(val)})")
                 inputs.append((f"validation example {index}", val[index][0]))
         out = []
-        for name, symbols in inputs:
-            x = F.one_hot(symbols.unsqueeze(0).to(module.device), n).float()
+        for name, ids in inputs:
+            x = F.one_hot(ids.unsqueeze(0).to(module.device), n).float()
             maps = attention_weights(module.model, x)
             with torch.no_grad():
                 pred = module.model(x).argmax(-1)[0]
-            labels = [str(int(s)) for s in symbols]
+            labels = [str(int(s)) for s in ids]
             title = f"reverse, {name}: predicted {' '.join(str(int(p)) for p in pred)}"
             out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, title))
         return out
+
+
+def _num_categories(module: TaskModule) -> int:
+    """The number of symbols of the module's model: its one-hot input size (the task's model_spec sets it)."""
+    model = module.model
+    assert isinstance(model, TransformerPredictor) and model.config.input_dim is not None
+    return model.config.input_dim
 
 
 def _parse_symbols(text: str, n: int) -> list[int]:

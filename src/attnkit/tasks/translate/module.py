@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,9 @@ from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_li
 from attnkit.training.distributed import gather_lists
 from attnkit.training.module import ClassifierModule
 
+if TYPE_CHECKING:
+    from attnkit.models.seq2seq import Seq2SeqTransformer
+
 __all__ = ["TranslateModule"]
 
 
@@ -24,6 +27,8 @@ class TranslateModule(ClassifierModule):
     :class:`TaskModule`'s metric. At the end of a test run the test split is decoded (greedy or beam
     search, per ``decode``) and BLEU, chrF and exact match are logged as ``test/bleu``,
     ``test/chrf``, ``test/exact``."""
+
+    model: Seq2SeqTransformer  # the task's model_spec: ModelSpec("seq2seq", ...)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
