@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import typing
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 import yaml
@@ -180,7 +180,10 @@ def _fields(cls: Any) -> dict[str, Any] | None:
     return None
 
 
-def validate_config(config_cls: type[BaseModel], data: dict[str, Any], *, source: str = "config") -> BaseModel:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_config(config_cls: type[M], data: dict[str, Any], *, source: str = "config") -> M:
     """Validate ``data`` into ``config_cls``; on failure a :class:`ConfigError` listing every bad key."""
     try:
         return config_cls.model_validate(data)

@@ -9,7 +9,7 @@ split is dealt out as :class:`EvalBatches`, every example exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import lightning as L
@@ -80,6 +80,8 @@ class EpochDistributedSampler(StatefulDistributedSampler):
     order instead of those of the epoch it was stopped in.
     """
 
+    epoch: int  # DistributedSampler's (torchdata is untyped)
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "epoch": self.epoch}
 
@@ -124,6 +126,7 @@ class SplitDataModule(L.LightningDataModule):
         common: dict[str, Any] = dict(
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0, collate_fn=collate_fn
         )
+        assert isinstance(dataset, Sized)  # map-style datasets, all with a length
         seed = torch.initial_seed() if seed is None else seed
         world, rank = process_shard(self)
         if world > 1 and shuffle:
@@ -137,10 +140,10 @@ class SplitDataModule(L.LightningDataModule):
             )
             return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
         if world > 1:
-            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)  # type: ignore[arg-type]
+            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)
             return StatefulDataLoader(dataset, batch_sampler=batches, **common)
-        sampler = ShuffledOrder(dataset, torch.Generator().manual_seed(seed)) if shuffle else None
-        return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **common)
+        order = ShuffledOrder(dataset, torch.Generator().manual_seed(seed)) if shuffle else None
+        return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=order, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -8,6 +8,8 @@ the pieces' bytes as Hugging Face's byte-level BPE does. Both serve
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from attnkit.data.tokenizer_kinds import ASCII_WHITESPACE
@@ -130,7 +132,7 @@ class BytePairs:
             if a not in made or b not in made or a + b in made or a + b not in vocab:
                 return None  # a part not made by an earlier merge; a token made twice; an unknown token
             made.add(a + b)
-        return cls(vocab, merges)  # type: ignore[arg-type]
+        return cls(vocab, cast("list[tuple[str, str]]", merges))  # pairs: checked above
 
     def _ranks(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         dense = self._dense

@@ -188,7 +188,7 @@ class LazySequence(Sequence[Any]):
             raise IndexError(f"index {index} out of range [0, {n})")
         return index % n if n else index
 
-    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self._get(i) for i in range(*index.indices(len(self)))]
         return self._get(self._check(int(index)))
@@ -201,7 +201,7 @@ class LazySequence(Sequence[Any]):
             return False
         return all(a == b for a, b in zip(self, other))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the lists it replaces (typeshed: a method)
 
     def __add__(self, other: Sequence[Any]) -> list[Any]:
         return [*self, *other]

@@ -17,7 +17,7 @@ A task whose default or bounds differ from the shared ones says so in ``field_ov
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -35,8 +35,12 @@ __all__ = [
 ]
 
 # The tokenizer kinds a data config may choose: the registered kinds built from the user's texts
-# with the fixed generation specials (not "text", the classifier's layout, nor "pretrained").
-TrainableKind = Literal[kind_names(trainable=True, generation=True)]  # type: ignore[valid-type]  # built from the registry
+# with the fixed generation specials (not "text", the classifier's layout, nor "pretrained"). A Literal
+# built from the registry when the program runs (pydantic checks it); a type checker sees a str.
+if TYPE_CHECKING:
+    TrainableKind = str
+else:
+    TrainableKind = Literal[kind_names(trainable=True, generation=True)]
 
 
 class DataConfig(StrictModel):
@@ -103,7 +107,7 @@ class TokenCacheConfig(DataConfig):
 class TokenizerKindConfig(TokenCacheConfig):
     """A tokenizer of a registered trainable kind (see :mod:`attnkit.data.tokenizers`)."""
 
-    tokenizer: TrainableKind = "word"  # type: ignore[valid-type]  # a Literal built from the registry
+    tokenizer: TrainableKind = "word"
 
     @model_validator(mode="after")
     def _check_vocab(self) -> TokenizerKindConfig:

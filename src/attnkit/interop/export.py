@@ -120,7 +120,7 @@ def load_model(folder: str | Path) -> nn.Module:
     info = read_model_info(folder)
     name = info["model"]["name"]
     config = validate_config(MODELS[name][0], info["model"]["config"], source=f"model config in {folder / INFO_FILE}")
-    model = build_model(name, config)  # type: ignore[arg-type]
+    model = build_model(name, config)
     weights = folder / MODEL_FILE
     if not weights.is_file():
         raise CheckpointError(f"{folder} has {INFO_FILE} but no {MODEL_FILE}")

@@ -361,7 +361,9 @@ class MultiHeadAttention(nn.Module):
                 q = self._heads(self.q_proj(x), batch, q_len, self.num_heads)
             if reuse_static:
                 assert cache is not None
-                k, v = cache.keys, cache.values  # type: ignore[assignment]
+                cached_k, cached_v = cache.keys, cache.values
+                assert cached_k is not None and cached_v is not None  # a filled static cache
+                k, v = cached_k, cached_v
             else:
                 assert memory is not None
                 _check_input(memory, self.kdim, "memory")

@@ -8,6 +8,8 @@ Pre-norm stacks end with a final norm. Boolean masks mean **True = may attend**.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -236,10 +238,10 @@ class TransformerDecoder(_Stack):
         self,
         x: Tensor,
         memory: Tensor | None = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> dict[str, list[Tensor]]:
         """``{"self": [per-layer [B, H, Tq, Tk]], "cross": [per-layer [B, H, Tq, Tm]]}``."""
-        _, self_maps, cross_maps = self.forward_with_attention(x, memory, **kwargs)  # type: ignore[arg-type]
+        _, self_maps, cross_maps = self.forward_with_attention(x, memory, **kwargs)
         return {"self": self_maps, "cross": cross_maps}
 
     def _run(

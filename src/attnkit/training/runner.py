@@ -144,7 +144,7 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=t.strategy,
-        precision=t.precision,  # type: ignore[arg-type]
+        precision=t.precision,  # type: ignore[arg-type]  # a str Lightning checks; its stub wants one of its Literals
         gradient_clip_val=cfg.optim.gradient_clip_val,
         log_every_n_steps=t.log_every_n_steps,
         limit_train_batches=t.limit_train_batches,
@@ -366,7 +366,7 @@ def evaluate(
     cfg = run.config
     if trainer:
         data = merge(cfg.model_dump(mode="json"), {"trainer": trainer})
-        cfg = validate_config(run.task.config_cls, data, source="trainer overrides")  # type: ignore[assignment]
+        cfg = validate_config(run.task.config_cls, data, source="trainer overrides")
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     if datamodule is None:

@@ -54,21 +54,23 @@ class Param:
         """Sample this key from an Optuna trial (the parameter is named by the dotted key)."""
         if self.kind == "categorical":
             return trial.suggest_categorical(self.key, list(self.choices))
+        assert self.low is not None and self.high is not None  # a float / int range
         if self.kind == "int":
-            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)  # type: ignore[arg-type]
-        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)  # type: ignore[arg-type]
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
 
     def candidates(self) -> list[Any]:
         """Values checked against the config up front: every choice, the ints of a short range, else both bounds."""
         if self.kind == "categorical":
             return list(self.choices)
+        assert self.low is not None and self.high is not None  # a float / int range
         if self.kind == "int":
             step = int(self.step or 1)
-            values = range(int(self.low), int(self.high) + 1, step)  # type: ignore[arg-type]
+            values = range(int(self.low), int(self.high) + 1, step)
             if len(values) <= 64 and not self.log:
                 return list(values)
-            return [int(self.low), int(self.high)]  # type: ignore[arg-type]
-        return [float(self.low), float(self.high)]  # type: ignore[arg-type]
+            return [int(self.low), int(self.high)]
+        return [float(self.low), float(self.high)]
 
     def describe(self) -> str:
         if self.kind == "categorical":

@@ -182,6 +182,7 @@ def write_report(
     """Write ``report.html`` into the run folder (or to ``out``); returns its path."""
     loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
     text = render_report(loaded, num_examples=num_examples, sections=sections)
-    path = Path(out) if out is not None else Path(loaded.run_dir) / REPORT_NAME  # type: ignore[arg-type]
+    assert loaded.run_dir is not None  # render_report refuses a run without its folder
+    path = Path(out) if out is not None else Path(loaded.run_dir) / REPORT_NAME
     write_text_atomic(path, text)
     return path

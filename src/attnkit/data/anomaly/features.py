@@ -156,7 +156,7 @@ def _split_pool(
         fractions[1] = cfg.val_fraction * (1.0 - fractions[0]) if need_val else 0.0
         seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
         rest_idx, test_idx, val_idx = (
-            torch.from_numpy(i) for i in group_split(groups, fractions, seed, stratify=y, where=where)
+            torch.from_numpy(i) for i in group_split(groups, fractions, seed, stratify=y.numpy(), where=where)
         )
         parts = {"train": rest_idx} | ({"test": test_idx} if need_test else {}) | ({"val": val_idx} if need_val else {})
         return {split: (x[idx], y[idx], idx) for split, idx in parts.items()}
@@ -191,7 +191,7 @@ def _groups(arrays: Mapping[str, Any], cfg: AnomalyDataConfig, path: Path, key: 
 
 
 def _assemble(
-    splits: dict[str, tuple[Tensor, Tensor, Tensor | None]],
+    splits: Mapping[str, tuple[Tensor, Tensor, Tensor | None]],
     cfg: AnomalyDataConfig,
     where: str,
     *,
@@ -378,6 +378,7 @@ def load_item_features(cfg: AnomalyDataConfig, *, backbone: nn.Module | None = N
     elif kind == "file":
         features = _load_file(path, cfg, generator)
     else:
+        assert folder is not None  # kind == "cifar": found above
         features = _load_cifar(folder, cfg, generator, backbone)
     return standardize_item_features(features) if cfg.standardize else features
 

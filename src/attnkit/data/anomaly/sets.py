@@ -177,6 +177,8 @@ class EpochShuffleSampler(DistributedSampler):
     disjoint.
     """
 
+    dataset: SetAnomalyDataset
+
     def __init__(
         self,
         dataset: SetAnomalyDataset,
@@ -194,8 +196,8 @@ class EpochShuffleSampler(DistributedSampler):
         if callable(set_epoch):
             set_epoch(self.epoch)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
-        n = len(self.dataset)  # type: ignore[arg-type]
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        n = len(self.dataset)
         if self.shuffle:
             generator = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch, 0x5A3B1E))
             order = torch.randperm(n, generator=generator).tolist()

@@ -78,7 +78,7 @@ def _check_number(n: int) -> None:
 
 
 # (English singular, English plural, Spanish singular, Spanish plural, gender)
-_NOUNS = (
+_NOUNS: tuple[tuple[str, str, str, str, Form], ...] = (
     ("book", "books", "libro", "libros", "masculine"),
     ("dog", "dogs", "perro", "perros", "masculine"),
     ("car", "cars", "coche", "coches", "masculine"),
@@ -109,11 +109,11 @@ _TEMPLATES = (
 )
 
 
-def _number_sentence(n: int, noun: tuple[str, str, str, str, str], template: tuple[str, str]) -> Pair:
+def _number_sentence(n: int, noun: tuple[str, str, str, str, Form], template: tuple[str, str]) -> Pair:
     en_sg, en_pl, es_sg, es_pl, gender = noun
     one = n == 1
     en = template[0].format(n=english_number(n), noun=en_sg if one else en_pl, be="is" if one else "are")
-    es = template[1].format(n=spanish_number(n, gender), noun=es_sg if one else es_pl)  # type: ignore[arg-type]
+    es = template[1].format(n=spanish_number(n, gender), noun=es_sg if one else es_pl)
     return en, es
 
 

@@ -193,8 +193,8 @@ class LanguageModelDataModule(CachedTokenDataModule):
             offsets = np.zeros(len(text_lengths[s]) + 1, dtype=np.int64)
             np.cumsum(np.frombuffer(text_lengths[s], dtype=np.int64), out=offsets[1:])
             np.save(folder / f"{s}.text_offsets.npy", offsets)
-        docs = {s: len(text_lengths[s]) for s in SPLITS}
-        writer.finish({"tokenizer": tokenizer.to_dict(), "chars": chars, "documents": docs, "source": c.source})
+        documents = {s: len(text_lengths[s]) for s in SPLITS}
+        writer.finish({"tokenizer": tokenizer.to_dict(), "chars": chars, "documents": documents, "source": c.source})
 
     def _batches(self, split_of: np.ndarray) -> Iterator[list[list[str]]]:
         """The documents in batches of about :attr:`BATCH_CHARS` characters, each a list per split

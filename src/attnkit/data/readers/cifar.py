@@ -150,8 +150,8 @@ def preprocess_images(images: Tensor, image_size: int) -> Tensor:
 def _module_device(module: nn.Module) -> torch.device:
     for t in module.parameters():
         return t.device
-    for t in module.buffers():
-        return t.device
+    for b in module.buffers():
+        return b.device
     return torch.device("cpu")
 
 
@@ -377,7 +377,8 @@ def load_cifar100_features(
         device = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
         backbone = build_torchvision_backbone(backbone_name, backbone_weights, device=device)
     log.info("extracting CIFAR-100 features with %s at %dx%d", name, image_size, image_size)
-    common = {"image_size": image_size, "batch_size": batch_size}  # runs where the backbone's parameters are
+    # runs where the backbone's parameters are
+    common: dict[str, Any] = {"image_size": image_size, "batch_size": batch_size}
     train_x = extract_features(backbone, train_images, desc="train", **common)
     test_x = extract_features(backbone, test_images, desc="test", **common)
     if train_x.shape[1] != test_x.shape[1] or train_x.shape[1] == 0:

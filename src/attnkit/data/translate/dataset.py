@@ -4,7 +4,7 @@ and batched by length."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +33,9 @@ __all__ = [
 class PairSplits:
     """Deduplicated ``(source, target)`` pairs of the three splits."""
 
-    train: list[Pair]
-    val: list[Pair]
-    test: list[Pair]
+    train: Sequence[Pair]
+    val: Sequence[Pair]
+    test: Sequence[Pair]
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
@@ -69,13 +69,13 @@ def split_pairs(
 class EncodedPairs(Dataset):
     """Item ``i``: ``(source ids + EOS, BOS + target ids + EOS, i)``; ``refs[i]`` is the target text."""
 
-    def __init__(self, src: list[list[int]], tgt: list[list[int]], refs: list[str]) -> None:
+    def __init__(self, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], refs: Sequence[str]) -> None:
         self.src, self.tgt, self.refs = src, tgt, refs
 
     def __len__(self) -> int:
         return len(self.src)
 
-    def __getitem__(self, index: int) -> tuple[list[int], list[int], int]:
+    def __getitem__(self, index: int) -> tuple[Sequence[int], Sequence[int], int]:
         return self.src[index], self.tgt[index], index
 
     def lengths(self) -> list[int]:
@@ -106,7 +106,7 @@ class TextPairs(LazySequence):
     def _get(self, index: int) -> Pair:
         return self.sources[index], self.targets[index]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Pair]:
         return zip(self.sources, self.targets)
 
 
@@ -114,13 +114,13 @@ class PickedItems(LazySequence):
     """Items ``index`` of a sequence."""
 
     def __init__(self, items: Sequence[Any], index: np.ndarray) -> None:
-        self.items, self.index = items, index
+        self.items, self.picked = items, index  # not `self.index`: that would hide Sequence.index()
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.picked)
 
     def _get(self, index: int) -> Any:
-        return self.items[int(self.index[index])]
+        return self.items[int(self.picked[index])]
 
 
 class LengthBatches(torch.utils.data.Sampler[list[int]]):

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -121,7 +121,8 @@ class PairsDataModule(CachedTokenDataModule):
             group_column = cfg.group_column if path is None else None
             rows = read_pair_rows(path or cfg.source, skip_bad_lines=cfg.skip_bad_lines, group_column=group_column)
             pairs = [(s, t) for s, t, _ in rows]
-            groups = [g for _, _, g in rows] if group_column is not None else None  # type: ignore[misc]
+            # with a group column every row has its group (a line without one is a bad line)
+            groups = cast("list[str]", [g for _, _, g in rows]) if group_column is not None else None
             del rows  # its tuples: not needed at once with the pairs' (1 M pairs: 70 MB)
         if cfg.lowercase:
             pairs = [(s.lower(), t.lower()) for s, t in pairs]
@@ -220,7 +221,7 @@ class PairsDataModule(CachedTokenDataModule):
         tgt = [[BOS_ID, *t[: cfg.max_len], EOS_ID] for t in tgt]
         return src, tgt, keep, sum(too_long)
 
-    def _encode(self, split: str, pairs: list[Pair]) -> None:
+    def _encode(self, split: str, pairs: Sequence[Pair]) -> None:
         """Encode ``pairs`` as ``datasets[split]`` in memory (see :meth:`_encode_pairs`)."""
         src, tgt, keep, self.dropped[split] = self._encode_pairs(pairs, split == "train")
         self.datasets[split] = EncodedPairs(src, tgt, [pairs[i][1] for i in keep])
@@ -271,7 +272,7 @@ class PairsDataModule(CachedTokenDataModule):
             self.datasets[split] = CachedPairs(cache.rows(f"{split}.src"), cache.rows(f"{split}.tgt"), refs)
         self.splits = PairSplits(**parts)
 
-    def _build_tokenizers(self, train: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
+    def _build_tokenizers(self, train: Sequence[Pair]) -> tuple[Tokenizer, Tokenizer]:
         cfg = self.cfg
         build = partial(build_tokenizer, cfg.tokenizer, vocab_size=cfg.vocab_size, min_freq=cfg.min_freq)
         if cfg.shared_vocab:

@@ -219,7 +219,9 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
                 f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm "
                 "task starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
             )
-        return load_model(folder), info["artifacts"]  # type: ignore[return-value]
+        model = load_model(folder)
+        assert isinstance(model, LanguageModel)  # an "lm" model, checked above
+        return model, info["artifacts"]
     if folder.is_dir() and (folder / "config.json").is_file():
         raise ConfigError(
             f"model.init={folder} is a Hugging Face folder; the lm task trains with attnkit's own tokenizers, so it "

@@ -63,7 +63,7 @@ class TranslateModule(ClassifierModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         super().test_step(batch, batch_idx)
         src, src_mask, _, _, index = batch
-        refs = self.trainer.datamodule.datasets["test"].refs  # type: ignore[attr-defined]
+        refs = self.trainer.datamodule.datasets["test"].refs  # type: ignore[attr-defined]  # Lightning sets Trainer.datamodule at run time, undeclared
         d = self.decode_config
         hyps = decode_batch(
             self.model, src, src_mask, beam_size=d.beam_size, length_penalty=d.length_penalty,
