@@ -37,8 +37,8 @@ def tokenizer_from_folder(folder: str | Path) -> Tokenizer:
     if not options and (folder / "special_tokens_map.json").is_file():
         options = _read_json(folder / "special_tokens_map.json")
     kind = options.get("attnkit_kind", "pretrained")
-    named = {role: _token_string(options.get(f"{role}_token")) for role in _ROLES}
-    named = {role: token for role, token in named.items() if token}
+    given = {role: _token_string(options.get(f"{role}_token")) for role in _ROLES}
+    named = {role: token for role, token in given.items() if token}
     if (folder / "tokenizer.json").is_file():
         try:
             tokenizer = HFTokenizer.from_file(str(folder / "tokenizer.json"))

@@ -177,12 +177,21 @@ class TextClassificationDataModule(CachedTokenDataModule):
         if self._tokenizer is None:
             self._tokenizer = tokenizer_from_dict(cache.meta["tokenizer"])
         self._label_names = [str(n) for n in cache.meta["label_names"]]
-        parts: list[Any] = []
+        texts: dict[str, Sequence[str]] = {}
+        labels: dict[str, list[int]] = {}
         for split in SPLITS:
-            labels = cache.array(f"{split}.labels").tolist()
-            self.datasets[split] = CachedTextDataset(cache.rows(split), labels)
-            parts += [cache.texts(split), labels]
-        self.splits = TextSplits(*parts, label_names=list(self._label_names))
+            labels[split] = cache.array(f"{split}.labels").tolist()
+            self.datasets[split] = CachedTextDataset(cache.rows(split), labels[split])
+            texts[split] = cache.texts(split)
+        self.splits = TextSplits(
+            texts["train"],
+            labels["train"],
+            texts["val"],
+            labels["val"],
+            texts["test"],
+            labels["test"],
+            label_names=list(self._label_names),
+        )
 
     def _encode_all(self) -> None:
         assert self.splits is not None

@@ -13,11 +13,11 @@ __all__ = ["TextSplits", "take"]
 class TextSplits:
     """Raw texts and integer labels (``0 .. len(label_names) - 1``) of the three splits."""
 
-    train_texts: list[str]
+    train_texts: Sequence[str]
     train_labels: list[int]
-    val_texts: list[str]
+    val_texts: Sequence[str]
     val_labels: list[int]
-    test_texts: list[str]
+    test_texts: Sequence[str]
     test_labels: list[int]
     label_names: list[str] = field(default_factory=list)
 
