@@ -50,7 +50,7 @@ docs: setup browser
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks tools docs/*.py docs/tutorials
 	$(VENV)/bin/ruff format --check src tests benchmarks tools docs/*.py docs/tutorials
-	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: strict on attnkit.nn and attnkit.models
+	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: all of src/attnkit, strict on attnkit.nn and attnkit.models
 
 bench: setup
 	$(PY) benchmarks/encoder_block.py

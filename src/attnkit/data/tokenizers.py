@@ -34,7 +34,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, trainers
@@ -56,6 +56,10 @@ from attnkit.data.tokenizer_kinds import (
     WORD_PATTERN,
     TokenizerKind,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor
 
 __all__ = [
     "BOS",
@@ -188,12 +192,13 @@ class Tokenizer:
         return [self._wrap(e.ids, add_bos, add_eos) for e in encodings]
 
     def _wrap(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
-        for flag, role in ((add_bos, "bos"), (add_eos, "eos")):
-            if flag and self._id(role) is None:
+        bos, eos = self._id("bos"), self._id("eos")
+        for flag, token_id, role in ((add_bos, bos, "bos"), (add_eos, eos, "eos")):
+            if flag and token_id is None:
                 raise ValueError(f"Tokenizer.encode: this {self.kind!r} tokenizer has no {role} token")
-        return ([self._id("bos")] if add_bos else []) + ids + ([self._id("eos")] if add_eos else [])
+        return ([bos] if add_bos and bos is not None else []) + ids + ([eos] if add_eos and eos is not None else [])
 
-    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
+    def decode(self, ids: Sequence[int] | Tensor | np.ndarray, *, skip_special: bool = True) -> str:
         """Text of ``ids`` (a list of ints, a 1-D tensor or array).
 
         ``skip_special=True`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>`` as the text
@@ -213,7 +218,7 @@ class Tokenizer:
                     out.append(self.backend.decode(run, skip_special_tokens=False))
                     run = []
                 if not skip_special or i == unk:
-                    out.append(self.backend.id_to_token(i))
+                    out.append(self.id_to_token(i))
             else:
                 run.append(i)
         if run:
@@ -258,7 +263,8 @@ class Tokenizer:
     @property
     def vocab(self) -> list[str]:
         """Tokens in id order."""
-        return [self.backend.id_to_token(i) for i in range(self.vocab_size)]
+        # Hugging Face types id_to_token as Optional (an unknown id); every id below vocab_size has a token
+        return cast("list[str]", [self.backend.id_to_token(i) for i in range(self.vocab_size)])
 
     @property
     def vocab_size(self) -> int:
@@ -375,14 +381,15 @@ def build_tokenizer(
     else:
         hf = _pipeline(kind, models.BPE(unk_token=UNK) if kind == "bpe" else models.WordLevel(unk_token=UNK))
         if kind == "bpe":
-            trainer = trainers.BpeTrainer(
+            assert vocab_size is not None  # 1000 by default for BPE
+            bpe_trainer = trainers.BpeTrainer(
                 vocab_size=vocab_size,
                 min_frequency=min_freq,
                 special_tokens=list(SPECIAL_TOKENS),
                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                 show_progress=False,
             )
-            hf.train_from_iterator(cut_long_texts(texts), trainer=trainer)
+            hf.train_from_iterator(cut_long_texts(texts), trainer=bpe_trainer)
             _check_not_empty(texts.seen, kind)
             return Tokenizer(hf, "bpe", _GENERATION_SPECIALS)
         trainer = trainers.WordLevelTrainer(min_frequency=min_freq, special_tokens=[], show_progress=False)

@@ -8,9 +8,7 @@ attnkit the three projections are one fused ``in_proj`` (q, k, v stacked in that
 
 from __future__ import annotations
 
-from typing import Any
-
-from torch import Tensor
+from typing import Any, TypeVar
 
 from attnkit.errors import ConfigError
 from attnkit.interop.hfconfig import reading_config
@@ -54,9 +52,12 @@ def bert_config(hf: dict[str, Any], *, pooler: bool, source: str) -> BertConfig:
         )
 
 
-def normalize_bert_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+V = TypeVar("V")
+
+
+def normalize_bert_names(tensors: dict[str, V]) -> dict[str, V]:
     """Without the ``bert.`` prefix of task models; old TensorFlow-era names ``LayerNorm.gamma/beta``
-    read as ``LayerNorm.weight/bias``."""
+    read as ``LayerNorm.weight/bias`` (the values, tensors or anything else, are kept)."""
     out = {}
     for name, tensor in tensors.items():
         name = name.removeprefix("bert.")

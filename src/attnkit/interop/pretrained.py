@@ -144,7 +144,7 @@ def load_pretrained(path: str | Path) -> Pretrained:
         ignore = _tied_head(tensors, lm_cfg, "embed_tokens.weight", llama_ignored, source)
         state = convert_state_dict(tensors, llama_rules(lm_cfg), model, ignore=ignore, source=source)
     model.load_state_dict(state, strict=True)
-    vocab_size = model.config.vocab_size  # type: ignore[union-attr]
+    vocab_size = model.config.vocab_size
     if tokenizer is not None and tokenizer.vocab_size > vocab_size:
         raise ConfigError(
             f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size}"
@@ -218,7 +218,7 @@ def pretrained_encoder_config(path: str | Path) -> BertConfig:
     hf = _hf_config(folder)
     if hf["model_type"] != "bert":
         raise ConfigError(f"{folder} holds a {hf['model_type']!r} model, not a BERT-family encoder")
-    names = normalize_bert_names(dict.fromkeys(weight_names(folder)))  # type: ignore[arg-type]
+    names = normalize_bert_names(dict.fromkeys(weight_names(folder)))
     return bert_config(hf, pooler="pooler.dense.weight" in names, source=str(folder / "config.json"))
 
 

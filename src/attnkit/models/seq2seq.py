@@ -292,7 +292,7 @@ class Seq2SeqDecoding:
             raise ValueError(f"expected source token ids [batch, seq], got shape {tuple(src.shape)}")
         self.model = model
         self.pad_id, self.eos_id = model.pad_id, model.eos_id
-        self.banned = (model.pad_id, model.bos_id)
+        self.banned: tuple[int, ...] = (model.pad_id, model.bos_id)
         mask = model._token_mask(src, src_padding_mask, "src_padding_mask")
         memory = model.encode(src, mask)
         self._memory = memory.repeat_interleave(repeat, dim=0) if repeat > 1 else memory  # [B*K, Ts, D]

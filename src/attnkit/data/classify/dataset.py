@@ -16,7 +16,7 @@ __all__ = ["ENCODE_BATCH", "CachedTextDataset", "EncodedTextDataset", "encode_te
 class EncodedTextDataset(Dataset):
     """Pre-encoded texts: item ``i`` is ``(ids: list[int], label: int)``."""
 
-    def __init__(self, ids: list[list[int]], labels: list[int]) -> None:
+    def __init__(self, ids: Sequence[Sequence[int]], labels: list[int]) -> None:
         if len(ids) != len(labels):
             raise ValueError(f"{type(self).__name__}: {len(ids)} sequences but {len(labels)} labels")
         self.ids = ids
@@ -25,7 +25,7 @@ class EncodedTextDataset(Dataset):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, index: int) -> tuple[list[int], int]:
+    def __getitem__(self, index: int) -> tuple[Sequence[int], int]:
         return self.ids[index], self.labels[index]
 
 
