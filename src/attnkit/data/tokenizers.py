@@ -34,7 +34,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, trainers
@@ -56,10 +56,6 @@ from attnkit.data.tokenizer_kinds import (
     WORD_PATTERN,
     TokenizerKind,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
-    from torch import Tensor
 
 __all__ = [
     "BOS",
@@ -198,7 +194,7 @@ class Tokenizer:
                 raise ValueError(f"Tokenizer.encode: this {self.kind!r} tokenizer has no {role} token")
         return ([bos] if add_bos and bos is not None else []) + ids + ([eos] if add_eos and eos is not None else [])
 
-    def decode(self, ids: Sequence[int] | Tensor | np.ndarray, *, skip_special: bool = True) -> str:
+    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         """Text of ``ids`` (a list of ints, a 1-D tensor or array).
 
         ``skip_special=True`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>`` as the text
@@ -263,8 +259,7 @@ class Tokenizer:
     @property
     def vocab(self) -> list[str]:
         """Tokens in id order."""
-        # Hugging Face types id_to_token as Optional (an unknown id); every id below vocab_size has a token
-        return cast("list[str]", [self.backend.id_to_token(i) for i in range(self.vocab_size)])
+        return cast("list[str]", [self.backend.id_to_token(i) for i in range(self.vocab_size)])  # every id is known
 
     @property
     def vocab_size(self) -> int:

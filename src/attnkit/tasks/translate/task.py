@@ -218,7 +218,7 @@ class TranslateTask(Task[TranslateConfig]):
             maps = model.get_attention_maps(src, tgt_in)["cross"]
             key_labels = [src_tok.decode([i], skip_special=False) for i in ids]
             query_labels = [tgt_tok.decode([int(i)], skip_special=False) for i in out_ids]
-            title = f"translate, {name}: {one_line(tgt_tok.decode(out_ids))!r}"
+            title = f"translate, {name}: {one_line(tgt_tok.decode(out_ids.tolist()))!r}"
             out.append(
                 AttentionExample(
                     [m[0].cpu() for m in maps], query_labels, key_labels, title, "output token", "source token"
