@@ -141,7 +141,7 @@ def _check_page(context, base: str, root: Path, path: Path, timeout_ms: int) -> 
 
     page.on("request", request)
     try:
-        if path.name == "search.html":  # the search page shows results only for a query: ask one
+        if path == root / "search.html":  # the search page shows results only for a query: ask one
             page.goto(f"{url}?q={SEARCH_QUERY}", wait_until="load", timeout=timeout_ms)
             page.wait_for_selector("ul.search li", timeout=timeout_ms)
         else:
