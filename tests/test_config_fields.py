@@ -95,3 +95,40 @@ def test_the_check_sees_a_redeclared_default() -> None:
     assert redeclared_fields(Narrow) == {"width": f"{__name__}.{Base.__qualname__}"}
     assert redeclared_fields(Extra) == {}
     assert redeclared_fields(Again) == {}
+
+
+def test_field_overrides_change_a_subclass_only() -> None:
+    from typing import Annotated
+
+    from pydantic import Field, ValidationError
+
+    class Base(StrictModel):
+        width: int = Field(8, gt=0, description="how wide")
+        name: str = "base"
+
+    class Wide(Base):
+        field_overrides: ClassVar[dict[str, object]] = {"width": Field(64, le=128), "name": "wide"}
+
+    class Narrowed(Base):
+        field_overrides: ClassVar[dict[str, object]] = {"width": Annotated[int, Field(ge=4)]}
+
+    assert (Base().width, Base().name, Wide().width, Wide().name) == (8, "base", 64, "wide")
+    assert Wide.model_fields["width"].description == "how wide"  # the field keeps what it had
+    with pytest.raises(ValidationError, match="less than or equal to 128"):
+        Wide(width=129)
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Wide(width=0)  # the base's bound still holds
+    Base(width=129)  # and the base has no new bound
+    with pytest.raises(ValidationError, match="greater than or equal to 4"):
+        Narrowed(width=3)
+    assert redeclared_fields(Wide) == {} and redeclared_fields(Narrowed) == {}
+
+
+def test_field_overrides_name_inherited_fields_only() -> None:
+    class Base(StrictModel):
+        width: int = 8
+
+    with pytest.raises(TypeError, match=r"Typo.field_overrides: 'widht' is not an inherited field"):
+
+        class Typo(Base):
+            field_overrides: ClassVar[dict[str, object]] = {"widht": 4}
