@@ -55,3 +55,18 @@ def test_the_built_in_tasks_are_registered():
     assert sorted(TASKS) == ["anomaly", "classify", "lm", "reverse", "translate"]
     with pytest.raises(ValueError, match="unknown task 'revers'; available tasks: anomaly, classify, lm, reverse"):
         get_task("revers")
+
+
+def test_a_tasks_defaults_hold_however_its_config_is_built():
+    """``TaskConfig.defaults``: a section given as a mapping is merged over the task's defaults (from
+    YAML, overrides or plain ``model_validate``); a section given as a config object is used as it is."""
+    from attnkit.models import PredictorArchitecture
+
+    cfg = ReverseConfig.model_validate({"model": {"d_model": 64}, "optim": {"lr": 1e-3}})
+    assert (cfg.model.d_model, cfg.model.num_heads, cfg.model.dropout) == (64, 1, 0.0)
+    assert (cfg.optim.lr, cfg.optim.warmup, cfg.trainer.max_epochs) == (1e-3, 50, 10)
+    assert ReverseConfig().model.d_model == 32
+    given = ReverseConfig(model=PredictorArchitecture(d_model=64))
+    assert (given.model.d_model, given.model.num_heads) == (64, 4)
+    # The defaults live in one place: the field's own default is the family's.
+    assert ReverseConfig.model_fields["model"].default.d_model == PredictorArchitecture().d_model
