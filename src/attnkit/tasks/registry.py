@@ -41,8 +41,8 @@ def build_config(
     """The task's defaults, updated by a YAML file (or dict) and then by overrides (sections or dotted
     keys, see :func:`attnkit.config.expand_dotted`); validated.
 
-    Keys are merged into the task's *full* default config, so overriding one key of a section
-    (``trainer.threads=1``) keeps the task's other defaults of that section.
+    Overriding one key of a section (``trainer.threads=1``) keeps the task's other defaults of that
+    section: the task's config merges given sections over its defaults (:class:`TaskConfig`).
     """
     spec = get_task(task)
     data: dict[str, Any] = {}
@@ -54,5 +54,4 @@ def build_config(
         source = f"config {config}"
     if overrides:
         data = merge(data, expand_dotted(overrides))
-    data = merge(spec.config_cls().model_dump(), data)
     return spec.config(data, source=source)
