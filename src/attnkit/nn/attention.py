@@ -197,6 +197,40 @@ class KVCache:
             self._k = self._k.index_select(0, index)
             self._v = self._v.index_select(0, index)
 
+    def merge(self, other: KVCache) -> None:
+        """Add the rows of ``other`` after this cache's rows (continuous batching: a new sequence joins a
+        running batch). The side with fewer positions is left-padded with zero keys/values, so the
+        positions of every row stay right-aligned; those padding columns must be masked out (False in the
+        key padding mask, True = real token). The merged cache has room to grow by as many positions again."""
+        if self.static or other.static:
+            raise ValueError("merge joins self-attention caches; static (cross-attention) caches cannot be merged")
+        ok, ov = other.keys, other.values
+        if ok is None or ov is None:
+            return
+        sk, sv = self.keys, self.values
+        if sk is None or sv is None:
+            sk, sv = ok[:0], ov[:0]
+        if sk.shape[1] != ok.shape[1] or sk.shape[-1] != ok.shape[-1]:
+            raise ValueError(f"cannot merge caches of shapes {tuple(sk.shape)} and {tuple(ok.shape)} (heads, head_dim)")
+        length = max(self.length, other.length)
+        capacity = max(2 * length, 16)
+        rows = sk.shape[0]
+        self._k = sk.new_zeros(rows + ok.shape[0], sk.shape[1], capacity, sk.shape[-1])
+        self._v = sv.new_zeros(rows + ov.shape[0], sv.shape[1], capacity, sv.shape[-1])
+        for buf, mine, theirs in ((self._k, sk, ok), (self._v, sv, ov)):
+            buf[:rows, :, length - mine.shape[-2] : length] = mine
+            buf[rows:, :, length - theirs.shape[-2] : length] = theirs
+        self.length = length
+
+    def drop_left(self, n: int) -> None:
+        """Drop the first ``n`` cached positions of every row (leading columns that are padding in all
+        rows, once the longer rows have left the batch)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"drop_left({n}): the cache holds {self.length} positions")
+        if n and self._k is not None and self._v is not None:
+            self._k, self._v = self._k[..., n:, :], self._v[..., n:, :]
+            self.length -= n
+
 
 def _grow(buf: Tensor, length: int, capacity: int) -> Tensor:
     new = buf.new_empty(*buf.shape[:-2], capacity, buf.shape[-1])

@@ -120,6 +120,21 @@ class DecoderCache:
         for layer in self.layers:
             layer.reorder(index)
 
+    def merge(self, other: DecoderCache) -> None:
+        """Add the rows of ``other`` (a cache of the same decoder) after these rows, left-padding the side
+        with fewer positions (see :meth:`KVCache.merge`; mask the padding out, True = real token)."""
+        if len(other.layers) != len(self.layers):
+            raise ValueError(f"cannot merge a {len(other.layers)}-layer cache into a {len(self.layers)}-layer one")
+        for mine, theirs in zip(self.layers, other.layers):
+            if not (mine.cross_attn.empty and theirs.cross_attn.empty):
+                raise ValueError("merge joins decoder-only caches; these hold cross-attention keys/values")
+            mine.self_attn.merge(theirs.self_attn)
+
+    def drop_left(self, n: int) -> None:
+        """Drop the first ``n`` positions of every row in every layer (see :meth:`KVCache.drop_left`)."""
+        for layer in self.layers:
+            layer.self_attn.drop_left(n)
+
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder memory, and feed-forward.
