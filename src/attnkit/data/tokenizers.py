@@ -4,18 +4,16 @@
 stored in checkpoints) and knows its special tokens by role. Kinds, all built from the user's
 (training) texts with :func:`build_tokenizer` (no download) except ``pretrained``:
 
-* ``"char"``: one token per Unicode code point; ``"word"``: words and punctuation marks with case
-  and spacing kept (GPT-2's split without bytes or merges); ``"bpe"``: byte-level BPE as GPT-2.
-  Fixed special ids ``PAD_ID = 0`` ``<pad>``, ``BOS_ID = 1`` ``<bos>``, ``EOS_ID = 2`` ``<eos>``,
-  ``UNK_ID = 3`` ``<unk>``; ``decode(encode(text)) == text`` when the text's pieces are known
-  (always for BPE).
-* ``"text"`` (text classification): lower-cased words and punctuation marks, ``<br />`` tags
-  removed. Its layout is ``<pad>`` = 0, ``<unk>`` = 1 and no ``<bos>``/``<eos>`` (a classifier
-  never uses them): kept from the earlier word tokenizer, so the embedding rows of classify
-  checkpoints written before keep their meaning.
+* ``"char"``: one token per Unicode code point; ``"word"``: words and punctuation marks with case and spacing kept
+  (GPT-2's split without bytes or merges); ``"bpe"``: byte-level BPE as GPT-2. Fixed special ids
+  ``PAD_ID = 0`` ``<pad>``, ``BOS_ID = 1`` ``<bos>``, ``EOS_ID = 2`` ``<eos>``, ``UNK_ID = 3`` ``<unk>``;
+  ``decode(encode(text)) == text`` when the text's pieces are known (always for BPE).
+* ``"text"`` (text classification): lower-cased words and punctuation marks, ``<br />`` tags removed. Its layout is
+  ``<pad>`` = 0, ``<unk>`` = 1 and no ``<bos>``/``<eos>`` (a classifier never uses them): kept from the earlier word
+  tokenizer, so the embedding rows of classify checkpoints written before keep their meaning.
 * ``"pretrained"``: a pretrained model's tokenizer (BERT's WordPiece, GPT-2's BPE) read by
-  :func:`attnkit.data.pretrained_tokenizer.tokenizer_from_folder`; its special tokens are the
-  model's own (``None`` where it has none).
+  :func:`attnkit.data.pretrained_tokenizer.tokenizer_from_folder`; its special tokens are the model's own (``None``
+  where it has none).
 
 Differences from the hand-written tokenizers of attnkit 0.1 (tested in ``tests/data/test_tokenizers.py``):
 a ``"word"`` piece that is not in the vocabulary encodes to one ``<unk>`` (it was ``" "`` + ``<unk>``
@@ -116,9 +114,8 @@ class Tokenizer:
     Args:
         backend: the Hugging Face tokenizer (its own truncation and padding are turned off).
         kind: ``"char"``, ``"word"``, ``"bpe"``, ``"text"`` or ``"pretrained"`` (see the module docstring).
-        special_tokens: role (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``) -> token
-            string; tokens not in the vocabulary are left out. ``pad_id`` ... ``mask_id`` are the ids
-            of these roles (``None`` when absent).
+        special_tokens: role (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``) -> token string; tokens
+            not in the vocabulary are left out. ``pad_id`` ... ``mask_id`` are their ids (``None`` when absent).
 
     Special-token strings typed in a text (``"<bos>"``) are text for every kind but ``pretrained``
     (where ``"[MASK]"`` is the model's mask token, as in Hugging Face).
@@ -161,20 +158,26 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ coding
     def encode(
-        self, text: str, max_len: int | None = None, *, add_bos: bool = False, add_eos: bool = False
+        self,
+        text: str,
+        max_len: int | None = None,
+        *,
+        add_bos: bool = False,
+        add_eos: bool = False,
+        add_special_tokens: bool = True,
     ) -> list[int]:
-        """Token ids of ``text``: ``<bos>`` first / ``<eos>`` last when asked (char/word/bpe), the
-        model's own special tokens for ``pretrained`` (BERT: ``[CLS] ... [SEP]``); at most ``max_len``
-        ids, the text truncated at the end (special tokens kept)."""
+        """Token ids of ``text``: ``<bos>`` first / ``<eos>`` last when asked (char/word/bpe), the model's own
+        special tokens for ``pretrained`` (BERT: ``[CLS] ... [SEP]``) unless ``add_special_tokens=False`` (as in
+        Hugging Face); at most ``max_len`` ids, the text truncated at the end (special tokens kept)."""
         if not isinstance(text, str):
             raise TypeError(f"Tokenizer.encode: expected a str, got {type(text).__name__}")
-        extra = self._n_post + int(add_bos) + int(add_eos)
+        extra = (post := self._n_post if add_special_tokens else 0) + int(add_bos) + int(add_eos)
         if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= extra):
             raise ValueError(f"Tokenizer.encode: max_len must be None or an int > {extra}, got {max_len!r}")
         encoding = self.backend.encode(text, add_special_tokens=False)
         if max_len is not None:
             encoding.truncate(max_len - extra)
-        if self._n_post:
+        if post:
             encoding = self.backend.post_process(encoding)
         return self._wrap(list(encoding.ids), add_bos, add_eos)
 
@@ -197,10 +200,9 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         """Text of ``ids`` (a list of ints, a 1-D tensor or array).
 
-        ``skip_special=True`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>`` as the text
-        ``"<unk>"`` (it stands for real text that the vocabulary lacked, so it is kept visible); with
-        ``skip_special=False`` every special token shows as its string. ``pretrained``: Hugging Face's
-        ``decode(ids, skip_special_tokens=skip_special)``.
+        ``skip_special=True`` drops ``<pad>``, ``<bos>`` and ``<eos>`` and shows ``<unk>`` as the text ``"<unk>"``
+        (it stands for real text that the vocabulary lacked, so it is kept visible); with ``skip_special=False``
+        every special token shows as its string. ``pretrained``: ``decode(ids, skip_special_tokens=skip_special)``.
         """
         ids = self._ids_list(ids)
         if self.spec.pretrained:
@@ -345,11 +347,10 @@ def build_tokenizer(
 ) -> Tokenizer:
     """Build a ``"char"``, ``"word"``, ``"bpe"`` or ``"text"`` tokenizer on ``texts`` (the training split).
 
-    ``vocab_size`` caps the vocabulary, specials included (``None``: every piece seen ``min_freq``
-    times for char/word/text; 1000 for BPE, which needs at least 260). ``min_freq``: pieces (BPE:
-    pairs to merge) seen fewer times are left out. Pieces are ranked by decreasing count, ties by
-    their text, so the result does not depend on the texts' order. ``texts`` may be any iterable
-    (a generator streaming a large corpus): it is read once.
+    ``vocab_size`` caps the vocabulary, specials included (``None``: every piece seen ``min_freq`` times for
+    char/word/text; 1000 for BPE, which needs at least 260). ``min_freq``: pieces (BPE: pairs to merge) seen fewer
+    times are left out. Pieces are ranked by decreasing count, ties by their text, so the result does not depend on
+    the texts' order. ``texts`` may be any iterable (a generator streaming a large corpus): it is read once.
     """
     if kind not in TRAINABLE_KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(TRAINABLE_KINDS)}")
@@ -406,12 +407,11 @@ def cut_long_texts(texts: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
     """``texts``, each one longer than ``size`` characters cut into parts of about ``size`` after line
     breaks that stand between two printable ASCII characters (where it has them).
 
-    Training a word or BPE vocabulary on one text of many MB (a log file without blank lines, read as
-    one document) takes memory in proportion to it in Hugging Face ``tokenizers`` (about 1 GB for
-    9 MB); parts keep it small. The vocabulary is the same: both tokenizers' splits make ``"\\n"``
-    a piece of its own there (it is whitespace between two non-whitespace characters) and start the
-    next piece after it, so the parts are split into exactly the pieces of the whole text, and the
-    trainers count pieces."""
+    Training a word or BPE vocabulary on one text of many MB (a log file without blank lines, read as one document)
+    takes memory in proportion to it in Hugging Face ``tokenizers`` (about 1 GB for 9 MB); parts keep it small. The
+    vocabulary is the same: both tokenizers' splits make ``"\\n"`` a piece of its own there (it is whitespace
+    between two non-whitespace characters) and start the next piece after it, so the parts are split into exactly
+    the pieces of the whole text, and the trainers count pieces."""
     for text in texts:
         start = 0
         while len(text) - start > size:
