@@ -149,6 +149,8 @@ class Engine:
         self._mask = torch.zeros(0, 0, dtype=torch.bool, device=self._device)  # True = real token
         self._pending = torch.zeros(0, dtype=torch.long, device=self._device)  # sampled, not yet fed
         self.steps = 0
+        self.peak_rows = 0
+        self.cancelled_rows = 0
 
     # ------------------------------------------------------------------ public
     def start(self) -> Engine:
@@ -202,13 +204,16 @@ class Engine:
         return request
 
     def stats(self) -> dict[str, int]:
-        """``live_rows`` (decoding now), ``waiting`` (requests not yet admitted), ``width`` (batch columns)
-        and ``steps`` (decoding steps so far)."""
+        """``live_rows`` (decoding now), ``waiting`` (requests not yet admitted), ``width`` (batch columns),
+        ``steps`` (decoding steps so far), ``peak_rows`` (most rows decoded together) and ``cancelled_rows``
+        (rows removed unfinished because their request was cancelled)."""
         return {
             "live_rows": len(self._rows),
             "waiting": len(self._waiting),
             "width": int(self._mask.shape[1]),
             "steps": self.steps,
+            "peak_rows": self.peak_rows,
+            "cancelled_rows": self.cancelled_rows,
         }
 
     # ------------------------------------------------------------------ the thread
@@ -248,7 +253,7 @@ class Engine:
             except Exception as err:
                 log.exception("prefill failed")
                 _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
-            self._drop(lambda row: row.done)
+            self._drop(lambda row: row.done or row.request.cancelled)
 
     def _prefill(self, request: Request) -> None:
         params, prompt = request.params, request.prompt
@@ -276,6 +281,7 @@ class Engine:
             self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
             self._pending = torch.cat([self._pending, tokens])
         self._rows.extend(rows)
+        self.peak_rows = max(self.peak_rows, len(self._rows))
         for row, token in zip(rows, tokens.tolist()):
             self._accept(row, token)
 
@@ -313,8 +319,7 @@ class Engine:
     def _accept(self, row: _Row, token: int) -> None:
         """Record ``token`` as the next of ``row``: emit its text, or end the row."""
         if row.request.cancelled:
-            row.done = True
-            return
+            return  # leaves the batch in _drop
         row.generated += 1
         row.length += 1
         if token in self.stop_ids or token in row.request.params.stop_ids:
@@ -339,6 +344,10 @@ class Engine:
         keep = [i for i, row in enumerate(self._rows) if not gone(row)]
         if len(keep) == len(self._rows):
             return
+        kept = set(keep)
+        self.cancelled_rows += sum(
+            1 for i, row in enumerate(self._rows) if i not in kept and row.request.cancelled and not row.done
+        )
         if not keep:
             self._rows, self._cache = [], None
             self._mask = self._mask[:0, :0]
