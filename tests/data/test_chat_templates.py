@@ -310,8 +310,12 @@ def test_end_of_turn_and_stop_ids(folders):
     assert stop_ids(chatml, ChatTemplate.from_folder(folders["chatml"])) == [eot, im_end]  # EOS, then the turn's end
     assert stop_ids(chatml, None) == [eot]
     assert stop_ids(chatml, None, {"eos_token_id": 7}) == [7, eot]
-    for bad in ("7", [1, "x"], 10**6, True):
-        with pytest.raises(ValueError, match="eos_token_id must be an int or a list of ints"):
+    assert stop_ids(chatml, None, {"eos_token_id": [10**6, eot]}) == [
+        10**6,
+        eot,
+    ]  # the model's vocabulary may be larger
+    for bad in ("7", [1, "x"], -1, True, 2.0):
+        with pytest.raises(ValueError, match="eos_token_id must be an int >= 0 or a list of them"):
             stop_ids(chatml, None, {"eos_token_id": bad})
 
 

@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import cached_property
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,9 @@ class _GenerationTag(Extension):
         return caller()
 
 
+@cache
 def _environment() -> ImmutableSandboxedEnvironment:
+    """The one environment every template is compiled in (as transformers sets it up)."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -130,6 +132,12 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.globals["dict"] = _TemplateDict()
     env.globals["namespace"] = _TemplateNamespace
     return env
+
+
+@lru_cache(maxsize=32)
+def _compiled(source: str) -> jinja2.Template:
+    """``source`` compiled (cached: a model's template is compiled once however often it is read)."""
+    return _environment().from_string(source)
 
 
 def _plain(value: Any) -> Any:
@@ -221,15 +229,14 @@ class ChatTemplate:
         self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if isinstance(v, str)}
         self.stop_strings = tuple(stop_strings)
         self.variants = dict(variants or {})
-        env = _environment()
-        self._compiled = {"default": self._compile(env, source, origin)}
+        self._compiled = {"default": self._compile(source, origin)}
         for name, text in self.variants.items():
-            self._compiled[name] = self._compile(env, text, f"{origin} ({name!r} template)")
+            self._compiled[name] = self._compile(text, f"{origin} ({name!r} template)")
 
     @staticmethod
-    def _compile(env: ImmutableSandboxedEnvironment, source: str, origin: str) -> jinja2.Template:
+    def _compile(source: str, origin: str) -> jinja2.Template:
         try:
-            return env.from_string(source)
+            return _compiled(source)
         except jinja2.TemplateSyntaxError as err:
             raise ValueError(
                 f"{origin}: jinja syntax error at line {err.lineno} of the chat template: {err.message}; "
@@ -396,10 +403,10 @@ def stop_ids(
     ids: list[int] = []
     given = (generation_config or {}).get("eos_token_id")
     for i in given if isinstance(given, list) else [] if given is None else [given]:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < tokenizer.vocab_size:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:  # an id past the tokenizer's may be the model's
             raise ValueError(
-                f"generation config: eos_token_id must be an int or a list of ints in [0, {tokenizer.vocab_size}) "
-                f"(ids of this tokenizer), got {given!r}"
+                f"generation config: eos_token_id must be an int >= 0 or a list of them, got {given!r}; "
+                "fix generation_config.json"
             )
         ids.append(i)
     if tokenizer.eos_id is not None:
