@@ -65,11 +65,13 @@ class Piece:
 @dataclass(frozen=True)
 class Finished:
     """Choice ``index`` ended: ``reason`` is ``"stop"`` (a stop id or string) or ``"length"``
-    (``max_tokens`` or the context); ``tokens`` is how many tokens it generated."""
+    (``max_tokens`` or the context); ``tokens`` is how many tokens it generated (a stop id included),
+    ``ids`` the ids of its text (without the stop id)."""
 
     index: int
     reason: str
     tokens: int
+    ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,7 @@ class Engine:
     def _finish(self, row: _Row, reason: str, final: str) -> None:
         if final:
             _send(row.request, Piece(row.index, final))
-        _send(row.request, Finished(row.index, reason, row.generated))
+        _send(row.request, Finished(row.index, reason, row.generated, tuple(row.stream.ids)))
         row.done = True
 
     def _drop(self, gone: Callable[[_Row], bool]) -> None:
