@@ -7,7 +7,7 @@ generation (``generate``, ``translate``), plots (``plot ...``, ``report``), mode
 ``export``) and tuning (``tune``). Nothing here imports torch or Lightning at start-up.
 """
 
-from attnkit.cli import generation, models, plots, runs, tuning  # noqa: F401  (each registers its commands)
+from attnkit.cli import generation, models, plots, runs, serve, tuning  # noqa: F401  (each registers its commands)
 from attnkit.cli.common import main
 
 __all__ = ["main"]
