@@ -37,6 +37,7 @@ LAYERS = {
     "api": 5,
     "tuning": 5,
     "viz": 5,
+    "lmeval": 5,  # lm-evaluation-harness adapter; attnkit.api imports it, it never imports attnkit.api
     "serve": 5,
     "__main__": 6,  # `python -m attnkit`: the command line, like the package root above it
 }

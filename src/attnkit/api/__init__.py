@@ -12,6 +12,8 @@ Lightning.
 - Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
 - Model folders (:mod:`attnkit.api.models`): :func:`export`, :func:`import_model`.
+- Benchmarks (:mod:`attnkit.api.evaluation`, needs lm_eval): :func:`evaluate_harness`, :func:`harness_table`,
+  :func:`harness_json`.
 - :func:`list_tasks` (:mod:`attnkit.api.catalog`) and :func:`tune` (:mod:`attnkit.tuning`, needs Optuna).
 """
 
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnkit.api.catalog import list_tasks
+    from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
     from attnkit.api.generation import generate, read_lines, translate
     from attnkit.api.models import Exported, export, import_model
     from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
@@ -59,6 +62,9 @@ HOMES = {
     "Exported": "attnkit.api.models",
     "import_model": "attnkit.api.models",
     "list_tasks": "attnkit.api.catalog",
+    "evaluate_harness": "attnkit.api.evaluation",
+    "harness_table": "attnkit.api.evaluation",
+    "harness_json": "attnkit.api.evaluation",
     "tune": "attnkit.tuning",
 }
 
@@ -66,8 +72,11 @@ __all__ = [
     "Exported",
     "build_config",
     "evaluate",
+    "evaluate_harness",
     "export",
     "generate",
+    "harness_json",
+    "harness_table",
     "import_model",
     "list_tasks",
     "load_run",
