@@ -18,19 +18,20 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, SamplingParams
-from attnkit.serve.schemas import ChatRequest, CompletionRequest, error_body, validation_message
+from attnkit.serve.schemas import ChatRequest, CompletionRequest, SamplingRequest, error_body, validation_message
 
 __all__ = ["API_KEY_ENV", "create_app"]
 
 API_KEY_ENV = "ATTNKIT_API_KEY"
+Body = TypeVar("Body", bound=SamplingRequest)
 log = logging.getLogger(__name__)
 
 
@@ -114,7 +115,7 @@ def create_app(
         card = {"id": name, "object": "model", "created": created, "owned_by": "attnkit"}
         return {"object": "list", "data": [card]}
 
-    async def parse(request: Request, kind: type[BaseModel]) -> Any:
+    async def parse(request: Request, kind: type[Body]) -> Body:
         try:
             data = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -145,14 +146,14 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body: CompletionRequest = await parse(request, CompletionRequest)
+        body = await parse(request, CompletionRequest)
         params = _params(body, body.max_tokens, (), ())
         prompts = [encoded(pretrained.encode_prompt(p), "prompt", params) for p in body.prompts()]
         return await _answer(engine, body, prompts, params, name, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        body: ChatRequest = await parse(request, ChatRequest)
+        body = await parse(request, ChatRequest)
         try:
             ids = pretrained.encode_chat(body.dicts(), add_generation_prompt=True)
         except (ValueError, TypeError) as err:  # the template refuses the messages (raise_exception)

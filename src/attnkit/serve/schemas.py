@@ -15,6 +15,7 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "CompletionRequest",
+    "SamplingRequest",
     "StreamOptions",
     "error_body",
     "validation_message",
@@ -32,7 +33,9 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
-class _Sampling(_Lenient):
+class SamplingRequest(_Lenient):
+    """What completions and chat requests share: the model, the sampling parameters and streaming."""
+
     model: str = Field(..., min_length=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -59,7 +62,7 @@ class _Sampling(_Lenient):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     """``POST /v1/completions``: ``prompt`` is a text or a list of texts (``n`` choices each)."""
 
     prompt: str | list[str]
@@ -91,7 +94,7 @@ class ChatMessage(_Lenient):
         return self.content or ""
 
 
-class ChatRequest(_Sampling):
+class ChatRequest(SamplingRequest):
     """``POST /v1/chat/completions``: ``messages`` go through the model's chat template; ``max_tokens``
     (or ``max_completion_tokens``) defaults to what fits the context."""
 
