@@ -39,7 +39,8 @@ def test_attnkit_eval_prints_the_table_and_writes_json(llama_dir: Path, tasks_mo
 
 
 def test_unknown_task_names_close_matches(llama_dir: Path, tasks_module: Path) -> None:
-    with pytest.raises(ValueError, match=r"task 'mini_mcc' \(did you mean mini_mc, .*\): no such task, group or tag in /"):
+    unknown = r"task 'mini_mcc' \(did you mean mini_mc, .*\): no such task, group or tag in /"
+    with pytest.raises(ValueError, match=unknown):
         api.evaluate_harness(llama_dir, "mini_gen,mini_mcc", include_path=tasks_module, include_defaults=False)
     result = CliRunner().invoke(
         main, ["eval", str(llama_dir), "--tasks", "mini_pl", "--include-path", str(tasks_module), "--only-included"]
@@ -103,3 +104,10 @@ def test_without_lm_eval_the_api_says_what_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'attnkit\[eval\]'"):
         api.evaluate_harness(llama_dir, "mini_mc")
+
+
+def test_cuda_asked_for_without_cuda_runs_on_the_cpu(llama_dir: Path) -> None:
+    """lm_eval's command line passes device="cuda" unless told otherwise (its HF backend falls back too)."""
+    lm = AttnkitLM(str(llama_dir), device="cuda")
+    assert lm.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert next(lm.model.parameters()).device.type == lm.device.type

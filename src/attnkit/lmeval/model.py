@@ -106,6 +106,10 @@ class AttnkitLM(TemplateLM):
         if self._max_length > context:
             raise ValueError(f"max_length={self._max_length} is longer than the model's context of {context} tokens")
         self._max_gen_toks = _positive_int("max_gen_toks", max_gen_toks)
+        if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+            # lm_eval's command line asks for "cuda" by default; its HF backend falls back to the CPU too
+            logger.warning("device %r asked for, but there is no CUDA device: using the CPU", device)
+            device = "cpu"
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         if dtype not in (None, "auto", *dtypes):
