@@ -8,10 +8,12 @@ Lightning.
 
 - Runs (:mod:`attnkit.api.runs`): :func:`build_config`, :func:`train`, :func:`prepare`,
   :func:`evaluate`, :func:`predict`, :func:`predict_file`, :func:`load_run`.
-- Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`.
+- Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`;
+  conversations (:mod:`attnkit.api.chat`): :class:`ChatSession`, :class:`Reply`.
 - Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
-- Model folders (:mod:`attnkit.api.models`): :func:`export`, :func:`import_model`.
+- Models (:mod:`attnkit.api.models`): :func:`load_model` (any run or model folder, to generate and
+  chat with), :func:`export`, :func:`import_model`.
 - Benchmarks (:mod:`attnkit.api.evaluation`, needs lm_eval): :func:`evaluate_harness`, :func:`harness_table`,
   :func:`harness_json`.
 - :func:`list_tasks` (:mod:`attnkit.api.catalog`) and :func:`tune` (:mod:`attnkit.tuning`, needs Optuna).
@@ -24,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnkit.api.catalog import list_tasks
+    from attnkit.api.chat import ChatSession, Reply
     from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
     from attnkit.api.generation import generate, read_lines, translate
-    from attnkit.api.models import Exported, export, import_model
+    from attnkit.api.models import Exported, export, import_model, load_model
     from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
     from attnkit.api.runs import (
         build_config,
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         train,
         write_report_or_warn,
     )
+    from attnkit.api.serving import serve
     from attnkit.tuning import tune
 
 # Each public name and the module that defines it.
@@ -61,7 +65,11 @@ HOMES = {
     "export": "attnkit.api.models",
     "Exported": "attnkit.api.models",
     "import_model": "attnkit.api.models",
+    "load_model": "attnkit.api.models",
     "list_tasks": "attnkit.api.catalog",
+    "serve": "attnkit.api.serving",
+    "ChatSession": "attnkit.api.chat",
+    "Reply": "attnkit.api.chat",
     "evaluate_harness": "attnkit.api.evaluation",
     "harness_table": "attnkit.api.evaluation",
     "harness_json": "attnkit.api.evaluation",
@@ -69,7 +77,9 @@ HOMES = {
 }
 
 __all__ = [
+    "ChatSession",
     "Exported",
+    "Reply",
     "build_config",
     "evaluate",
     "evaluate_harness",
@@ -79,6 +89,7 @@ __all__ = [
     "harness_table",
     "import_model",
     "list_tasks",
+    "load_model",
     "load_run",
     "plot_attention",
     "plot_curves",
@@ -89,6 +100,7 @@ __all__ = [
     "prepare",
     "read_lines",
     "report",
+    "serve",
     "train",
     "translate",
     "tune",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
+from pathlib import Path
 
 import click
 
@@ -31,33 +30,15 @@ def serve(run: str, host: str, port: int, api_key: str | None, max_batch: int, m
       attnkit serve ./SmolLM2-135M-Instruct --port 8000
       attnkit serve runs/lm/20261122-101500 --api-key secret --max-batch 16
     """
-    try:
-        import uvicorn
+    name = model_name or Path(run).name
 
-        from attnkit.serve import create_app
-    except ImportError as err:
-        fail(ImportError(f"{err}: attnkit serve needs FastAPI and uvicorn: pip install 'attnkit[serve]'"))
-        return
+    def ready(url: str) -> None:
+        click.echo(f"attnkit serve: {name} on {url} (Ctrl-C stops)")
+        sys.stdout.flush()  # a process reading our stdout (a test, a supervisor) learns the port now
+
     try:
-        pretrained = api.load_model(run)
-        key = api_key or os.environ.get("ATTNKIT_API_KEY") or None
-        app = create_app(pretrained, model_name=model_name, api_key=key, max_batch=max_batch)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            sock.close()
-            raise ValueError(f"cannot listen on {host}:{port}: {err.strerror} (choose another --port, or 0)") from None
-    except (*USER_ERRORS, TypeError) as err:
+        api.serve(
+            run, host=host, port=port, api_key=api_key, max_batch=max_batch, model_name=model_name, on_ready=ready
+        )
+    except (*USER_ERRORS, ImportError) as err:
         fail(err)
-        return
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    name = model_name or pretrained.source.name
-    click.echo(f"attnkit serve: {name} on http://{shown}:{bound}/v1 (Ctrl-C stops)")
-    sys.stdout.flush()  # a process reading our stdout (a test, a supervisor) learns the port now
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])

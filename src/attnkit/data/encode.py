@@ -22,6 +22,7 @@ import numpy as np
 
 from attnkit.data.cache import token_dtype
 from attnkit.data.chunk_encoder import ChunkEncoder, fits
+from attnkit.data.framing import document_bounds
 from attnkit.data.tokenizer_kinds import kind_spec
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, tokenizer_from_dict
 
@@ -31,7 +32,8 @@ Encoded = tuple[np.ndarray, np.ndarray]  # (tokens, lengths) of a list of docume
 
 
 def fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
-    """``docs -> (tokens, lengths)``: each document as ``<bos> ids <eos>``, concatenated (the token
+    """``docs -> (tokens, lengths)``: each document as ``<bos> ids <eos>`` (a pretrained tokenizer: as
+    :func:`attnkit.data.framing.document_ids` frames it), concatenated (the token
     cache's dtype), and the number of ids of each (``int64``).
 
     ``char``: a vectorised lookup of the code points (the same ids as ``tokenizer.encode``, tested;
@@ -64,8 +66,15 @@ def fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray
 
         return encode
 
+    bos, eos = document_bounds(tokenizer)
+    head, tail = [bos] if bos is not None else [], [eos] if eos is not None else []
+
     def encode_hf(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = tokenizer.encode_batch(docs, add_bos=True, add_eos=True)
+        if tokenizer.spec.pretrained:  # framed as the model's documents (attnkit.data.framing)
+            body = tokenizer.backend.encode_batch_fast(list(docs), add_special_tokens=False)
+            ids = [[*head, *e.ids, *tail] for e in body]
+        else:
+            ids = tokenizer.encode_batch(docs, add_bos=True, add_eos=True)
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())), lengths
 

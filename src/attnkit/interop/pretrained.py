@@ -12,9 +12,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.data.chat import ChatTemplate, encode_chat, read_generation_config
+from attnkit.data.chat import stop_ids as chat_stop_ids
+from attnkit.data.chat import stop_strings as chat_stop_strings
 from attnkit.data.collate import pad_sequences
+from attnkit.data.framing import prompt_ids
 from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
+from attnkit.data.tokenizers import StreamDecoder, Tokenizer, tokenizer_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
 from attnkit.interop.export import INFO_FILE, load_model, read_model_info, save_model
@@ -48,7 +52,13 @@ class Pretrained:
 
     ``name`` is the model's attnkit registry name: ``"bert"`` (:class:`BertEncoder`) or ``"lm"``
     (:class:`LanguageModel`) for Hugging Face folders, any registered model for attnkit folders.
-    ``info`` is the folder's ``config.json`` (Hugging Face) or ``attnkit.json``.
+    ``info`` is the folder's ``config.json`` (Hugging Face) or ``attnkit.json``. ``chat_template``: the
+    folder's chat template (``None``: it has none, and :meth:`chat` uses :meth:`ChatTemplate.default`);
+    ``generation_config``: its ``generation_config.json`` (``{}`` when absent).
+
+    A decoder's text interface: :meth:`encode_prompt` / :meth:`generate` continue a text,
+    :meth:`encode_chat` / :meth:`chat` answer a conversation, and generation stops at :attr:`stop_ids`
+    (the EOS and the template's end-of-turn tokens) and :attr:`stop_strings`.
     """
 
     model: nn.Module
@@ -56,6 +66,8 @@ class Pretrained:
     tokenizer: Any | None
     source: Path
     info: dict[str, Any] = field(default_factory=dict)
+    chat_template: ChatTemplate | None = None
+    generation_config: dict[str, Any] = field(default_factory=dict)
 
     def _tok(self) -> Any:
         if self.tokenizer is None:
@@ -91,16 +103,152 @@ class Pretrained:
         ids, mask = self.encode(texts)
         return self._encoder().sentence_embedding(ids, mask)
 
+    # ------------------------------------------------------------------ a decoder's text interface
+    def _lm(self) -> LanguageModel:
+        if not isinstance(self.model, LanguageModel):
+            raise TypeError(f"{self.source} holds a {type(self.model).__name__}, not a language model")
+        return self.model
+
+    def _text_tokenizer(self) -> Tokenizer:
+        tok = self._tok()
+        if not isinstance(tok, Tokenizer):
+            raise TypeError(f"{self.source}: its tokenizer is a {type(tok).__name__}, not an attnkit Tokenizer")
+        return tok
+
+    @property
+    def context(self) -> int:
+        """The decoder's context: how many tokens (prompt and generated) it attends to."""
+        return self._lm().config.max_len
+
+    @property
+    def template(self) -> ChatTemplate:
+        """The chat template :meth:`chat` uses: the folder's, else :meth:`ChatTemplate.default`."""
+        if self.chat_template is not None:
+            return self.chat_template
+        return ChatTemplate.default()
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """Ids that end a reply: the EOS of the model, its tokenizer and ``generation_config.json``, and the
+        chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``...) where it is one token."""
+        ids = chat_stop_ids(self._text_tokenizer(), self.template, self.generation_config)
+        return sorted({*ids, self._lm().config.eos_id})
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Ids that end a text: the model's EOS and those of ``generation_config.json`` (what
+        :meth:`generate` stops at, as transformers' ``generate`` does)."""
+        given = self.generation_config.get("eos_token_id")
+        ids = given if isinstance(given, list) else [given] if isinstance(given, int) else []
+        return sorted({*(i for i in ids if isinstance(i, int)), self._lm().config.eos_id})
+
+    @property
+    def stop_strings(self) -> list[str]:
+        """Text that ends a reply: the chat template's end-of-turn where it is not a single token."""
+        return chat_stop_strings(self._text_tokenizer(), self.template)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """The ids the decoder continues for ``text`` (:func:`attnkit.data.framing.prompt_ids`: its BOS where
+        the model's documents start with one; never empty)."""
+        return prompt_ids(self._text_tokenizer(), text)
+
+    def encode_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+        """The ids of a conversation (``[{"role": "user", "content": "Hi"}, ...]``) with :attr:`template`
+        applied, as transformers' ``apply_chat_template(..., add_generation_prompt=True)`` gives them."""
+        return encode_chat(self._text_tokenizer(), self.template, messages, add_generation_prompt=add_generation_prompt)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (special tokens left out)."""
+        return str(self._tok().decode(list(ids)))
+
     def generate(self, prompt: str, max_new_tokens: int = 20, **kwargs: Any) -> str:
         """The text a decoder writes after ``prompt`` (greedy by default: ``temperature=0``;
         other keyword arguments as :meth:`LanguageModel.generate`). An empty prompt starts from BOS."""
-        if not isinstance(self.model, LanguageModel):
-            raise TypeError(f"{self.source} holds a {type(self.model).__name__}, not a language model")
-        tok = self._tok()
-        ids = tok.encode(prompt) or [self.model.config.bos_id]
-        kwargs.setdefault("temperature", 0.0)
-        out = self.model.generate(torch.tensor([ids]), max_new_tokens, **kwargs)
-        return tok.decode(out[0, len(ids) :].tolist())
+        return self._continue(self.encode_prompt(prompt), max_new_tokens, kwargs, self.eos_ids, [])
+
+    def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        max_new_tokens: int = 256,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """The decoder's reply to ``messages`` (see :meth:`encode_chat`): generated until an end-of-turn
+        (:attr:`stop_ids`, :attr:`stop_strings`) or ``max_new_tokens``; greedy by default
+        (``temperature=0``; other keyword arguments as :meth:`LanguageModel.generate`, e.g. ``top_p``,
+        ``generator``). ``on_text`` receives the reply piece by piece as it is generated. A conversation
+        that does not fit the context with room for one new token is a :class:`ValueError`."""
+        ids = self.encode_chat(messages)
+        if len(ids) >= self.context:
+            raise ValueError(
+                f"the conversation is {len(ids)} tokens; the model's context is {self.context}: drop earlier turns"
+            )
+        max_new_tokens = min(max_new_tokens, self.context - len(ids))
+        return self._continue(ids, max_new_tokens, kwargs, self.stop_ids, self.stop_strings, on_text)
+
+    def _continue(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        options: dict[str, Any],
+        ends: list[int],
+        texts: list[str],
+        on_text: Callable[[str], None] | None = None,
+    ) -> str:
+        """The text generated after ``ids``, cut at the first of the stop ids ``ends`` or stop strings
+        ``texts`` (with those given in ``options``)."""
+        tok = self._text_tokenizer()
+        options = dict(options)
+        options.setdefault("temperature", 0.0)
+        stops = [*texts, *(options.pop("stop_strings", None) or [])]
+        stop_ids = sorted({*ends, *(options.pop("stop_ids", None) or [])})
+        if options.get("num_beams", 1) != 1:  # beam search: the best hypothesis, cut at its first stop id
+            new = self._lm().generate(torch.tensor([ids]), max_new_tokens, **options)[0, len(ids) :].tolist()
+            end = next((i for i, t in enumerate(new) if t in stop_ids), len(new))
+            return _cut(tok.decode(new[:end]), stops)
+        stream = StreamDecoder(tok)
+        pieces: list[str] = []
+        written = 0
+        hold = max((len(s) for s in stops), default=1) - 1
+        ended = False
+
+        def on_token(token: Tensor) -> None:
+            nonlocal written, ended
+            if ended:
+                return
+            token_id = int(token[0])
+            if token_id in stop_ids:
+                ended = True
+                return
+            pieces.append(stream.push(token_id))
+            text = "".join(pieces)
+            cut = _cut(text, stops)
+            end = len(cut) if len(cut) < len(text) else max(written, len(text) - hold)
+            if on_text is not None and end > written:
+                on_text(cut[written:end])
+            written = max(written, end)
+
+        self._lm().generate(
+            torch.tensor([ids]),
+            max_new_tokens,
+            stop_ids=stop_ids,
+            stop_strings=stops or None,
+            decode=tok.decode if stops else None,
+            on_token=on_token,
+            **options,
+        )
+        if not ended:
+            pieces.append(stream.flush())
+        text = _cut("".join(pieces), stops)
+        if on_text is not None and len(text) > written:
+            on_text(text[written:])
+        return text
+
+
+def _cut(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to (without) the earliest of ``stops`` in it."""
+    return text[: min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))]
 
 
 def load_pretrained(path: str | Path) -> Pretrained:
@@ -118,7 +266,10 @@ def load_pretrained(path: str | Path) -> Pretrained:
     folder = _folder(path)
     if (folder / INFO_FILE).is_file():
         info = read_model_info(folder)
-        return Pretrained(load_model(folder), info["model"]["name"], _attnkit_tokenizer(folder, info), folder, info)
+        tokenizer = _attnkit_tokenizer(folder, info)
+        return Pretrained(
+            load_model(folder), info["model"]["name"], tokenizer, folder, info, *_chat_files(folder, tokenizer)
+        )
     hf = _hf_config(folder)
     tokenizer = _hf_tokenizer(folder)
     tensors, weights_file = load_weights(folder)
@@ -149,7 +300,13 @@ def load_pretrained(path: str | Path) -> Pretrained:
         raise ConfigError(
             f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size}"
         )
-    return Pretrained(model.eval(), name, tokenizer, folder, hf)
+    return Pretrained(model.eval(), name, tokenizer, folder, hf, *_chat_files(folder, tokenizer))
+
+
+def _chat_files(folder: Path, tokenizer: Any) -> tuple[ChatTemplate | None, dict[str, Any]]:
+    """The folder's chat template (for a text tokenizer) and ``generation_config.json``."""
+    template = ChatTemplate.from_folder(folder) if isinstance(tokenizer, Tokenizer) else None
+    return template, read_generation_config(folder)
 
 
 def _tied_head(
@@ -173,7 +330,8 @@ def _tied_head(
 
 def import_model(path: str | Path, out: str | Path) -> Pretrained:
     """Load the model folder ``path`` (see :func:`load_pretrained`) and write it to ``out`` as an
-    attnkit model folder (:func:`save_model`), which :func:`load_pretrained` loads bit-exactly."""
+    attnkit model folder (:func:`save_model`), which :func:`load_pretrained` loads bit-exactly, with
+    its chat template (``chat_template.jinja``) and ``generation_config.json``."""
     pretrained = load_pretrained(path)
     tokenizer = (
         pretrained.tokenizer
@@ -189,6 +347,10 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
         artifacts=info.get("artifacts"),
         source=info.get("source") or f"{pretrained.source.resolve()} ({pretrained.info.get('model_type')})",
     )
+    if tokenizer is not None and pretrained.chat_template is not None:  # what chat and serve read
+        (Path(out) / "chat_template.jinja").write_text(pretrained.chat_template.source, encoding="utf-8")
+    if pretrained.generation_config:
+        (Path(out) / "generation_config.json").write_text(json.dumps(pretrained.generation_config, indent=2) + "\n")
     return pretrained
 
 

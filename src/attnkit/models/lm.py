@@ -336,6 +336,7 @@ class LanguageModel(nn.Module):
         generator: torch.Generator | None = None,
         use_cache: bool = True,
         stop_at_eos: bool = True,
+        stop_ids: Sequence[int] | None = None,
         stop_strings: Sequence[str] | None = None,
         decode: Callable[[list[int]], str] | None = None,
         on_token: Callable[[Tensor], None] | None = None,
@@ -359,6 +360,8 @@ class LanguageModel(nn.Module):
             use_cache: decode one position per step with the key/value cache; ``False``
                 recomputes the whole context every step (same tokens, slower).
             stop_at_eos: a row that produced ``eos_id`` gets ``pad_id`` afterwards.
+            stop_ids: more ids that end a row like ``eos_id`` (e.g. a chat template's end-of-turn token,
+                ``<|im_end|>`` or ``<|eot_id|>``); the row keeps the id it stopped at.
             stop_strings: a row stops (``pad_id`` afterwards) once the text of its new tokens,
                 ``decode(token ids)``, contains one of them (the text is trimmed by the caller, e.g.
                 :func:`attnkit.tasks.lm.generate_text`). Needs ``decode``.
@@ -385,7 +388,9 @@ class LanguageModel(nn.Module):
         check_stop_strings(stop_strings, decode)
         if num_beams != 1:
             check_beam_size(num_beams)
-            given = dict(top_k=top_k, top_p=top_p, min_p=min_p, stop_strings=stop_strings, on_token=on_token)
+            given = dict(
+                top_k=top_k, top_p=top_p, min_p=min_p, stop_ids=stop_ids, stop_strings=stop_strings, on_token=on_token
+            )
             unused = [k for k, v in given.items() if v is not None]
             if repetition_penalty != 1.0 or not stop_at_eos or unused:
                 raise ValueError(
@@ -424,6 +429,7 @@ class LanguageModel(nn.Module):
                 repetition_penalty=repetition_penalty,
                 seen=seen,
                 stop_at_eos=stop_at_eos,
+                stop_ids=stop_ids,
                 stop_strings=stop_strings,
                 decode=decode,
                 on_token=on_token,

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from attnkit.config import ConfigError, merge, validate_config
 from attnkit.models.lora import is_lora
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
+from attnkit.training.model_folders import MODEL_KINDS, is_model_folder, load_model_folder
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
 from attnkit.training.task import C, LoadedRun, Task, TaskConfig
@@ -283,9 +284,14 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
             candidate = path / "checkpoints" / name
             if candidate.is_file():
                 return candidate, path
-        raise CheckpointError(f"{path} is not a run folder with checkpoints (expected {path}/checkpoints/best.ckpt)")
+        raise CheckpointError(
+            f"{path} is not a run folder with checkpoints (expected {path}/checkpoints/best.ckpt) nor a model "
+            f"folder. attnkit reads {MODEL_KINDS}"
+        )
     if not path.exists():
-        raise CheckpointError(f"no run folder or checkpoint file at {path}")
+        raise CheckpointError(
+            f"no run folder or checkpoint file at {path} (nor a model folder); attnkit reads {MODEL_KINDS}"
+        )
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     return path, run_dir
 
@@ -307,11 +313,14 @@ def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) 
 
 
 def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
-    """Rebuild a trained module from a run folder or checkpoint file alone.
+    """Rebuild a trained module from a run folder or checkpoint file alone, or from a model folder
+    (:mod:`attnkit.training.model_folders`).
 
     ``tasks``: the task the run must be of, or the tasks it may be of by name (a registry such as
     :data:`attnkit.tasks.TASKS`; :func:`attnkit.tasks.load_run` passes that one).
     """
+    if is_model_folder(path):
+        return load_model_folder(path, tasks)
     ckpt, run_dir = resolve_checkpoint(path)
     checkpoint = load_checkpoint_file(ckpt)
     hparams = _check_task(checkpoint, None, ckpt)

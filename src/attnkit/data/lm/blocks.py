@@ -24,16 +24,20 @@ __all__ = ["IGNORE_INDEX", "PackedBlocks", "pack_documents", "tokenizer_of"]
 IGNORE_INDEX = -100  # targets the loss skips (F.cross_entropy's default ignore_index)
 
 
-def pack_documents(docs: list[list[int]], block: int) -> tuple[Tensor, Tensor]:
+def pack_documents(
+    docs: list[list[int]], block: int, *, bos_id: int | None = BOS_ID, eos_id: int | None = EOS_ID
+) -> tuple[Tensor, Tensor]:
     """Encoded documents -> ``(inputs [N, block], targets [N, block])`` int64 (see the module docstring).
 
-    Each document becomes ``<bos> ids <eos>``; the stream is cut into ``N = ceil((len - 1) / block)``
-    blocks; the last one is padded with ``<pad>`` inputs and ``IGNORE_INDEX`` targets, and
-    ``<bos>`` targets are ``IGNORE_INDEX`` too.
+    Each document becomes ``<bos> ids <eos>`` (``bos_id`` / ``eos_id`` ``None``: left out; a pretrained
+    tokenizer's are :func:`attnkit.data.framing.document_bounds`); the stream is cut into
+    ``N = ceil((len - 1) / block)`` blocks; the last one is padded with ``<pad>`` inputs and
+    ``IGNORE_INDEX`` targets, and ``<bos>`` targets are ``IGNORE_INDEX`` too.
     """
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")
-    stream = torch.tensor([t for ids in docs for t in (BOS_ID, *ids, EOS_ID)], dtype=torch.long)
+    head, tail = [bos_id] if bos_id is not None else [], [eos_id] if eos_id is not None else []
+    stream = torch.tensor([t for ids in docs for t in (*head, *ids, *tail)], dtype=torch.long)
     if stream.numel() < 2:
         return torch.empty(0, block, dtype=torch.long), torch.empty(0, block, dtype=torch.long)
     n = math.ceil((stream.numel() - 1) / block)
@@ -41,7 +45,8 @@ def pack_documents(docs: list[list[int]], block: int) -> tuple[Tensor, Tensor]:
     targets = torch.full((n * block,), IGNORE_INDEX, dtype=torch.long)
     inputs[: stream.numel() - 1] = stream[:-1]
     targets[: stream.numel() - 1] = stream[1:]
-    targets[targets == BOS_ID] = IGNORE_INDEX
+    if bos_id is not None:
+        targets[targets == bos_id] = IGNORE_INDEX
     return inputs.view(n, block), targets.view(n, block)
 
 
@@ -52,11 +57,12 @@ class PackedBlocks(Dataset):
     Block ``i`` is ``(inputs, targets)`` as :func:`pack_documents` makes them (the stream already
     holds ``<bos> ids <eos>`` per document): only the ``block + 1`` tokens of the block are read. A
     batch is gathered with one indexing of the memory map (``__getitems__``). The memory map is
-    opened lazily in each process (DataLoader workers open their own).
+    opened lazily in each process (DataLoader workers open their own). ``bos_id``: the id that starts
+    every document (its targets are ignored); ``None`` when documents have none.
     """
 
-    def __init__(self, path: Path, dtype: np.dtype, block: int) -> None:
-        self.path, self.dtype, self.block = path, np.dtype(dtype), block
+    def __init__(self, path: Path, dtype: np.dtype, block: int, bos_id: int | None = BOS_ID) -> None:
+        self.path, self.dtype, self.block, self.bos_id = path, np.dtype(dtype), block, bos_id
         self.size = path.stat().st_size // self.dtype.itemsize
         self._tokens: np.ndarray | None = None
 
@@ -82,7 +88,9 @@ class PackedBlocks(Dataset):
         valid_t = torch.from_numpy(valid)
         inputs = window[:, :-1].masked_fill(~valid_t[:, 1:], PAD_ID)
         targets = window[:, 1:].masked_fill(~valid_t[:, 1:], IGNORE_INDEX)
-        return inputs, targets.masked_fill(targets == BOS_ID, IGNORE_INDEX)
+        if self.bos_id is None:
+            return inputs, targets
+        return inputs, targets.masked_fill(targets == self.bos_id, IGNORE_INDEX)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         inputs, targets = self.__getitems__([index])

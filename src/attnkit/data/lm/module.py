@@ -32,6 +32,7 @@ from attnkit.data.cache import CachedTexts, CacheWriter, content_digest, token_d
 from attnkit.data.cached import CachedTokenDataModule
 from attnkit.data.collate import identity_collate
 from attnkit.data.encode import encode_batches, tokenize_workers
+from attnkit.data.framing import document_bounds
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm.blocks import PackedBlocks, tokenizer_of
 from attnkit.data.lm.config import BUILTIN, LMDataConfig
@@ -214,8 +215,11 @@ class LanguageModelDataModule(CachedTokenDataModule):
         assert self.cache is not None
         if self._tokenizer is None:
             self._tokenizer = tokenizer_from_dict(self.cache.meta["tokenizer"])
+        bos, _ = document_bounds(self._tokenizer)
         for split in SPLITS:
-            self.datasets[split] = PackedBlocks(self.cache.folder / f"{split}.tokens", self.cache.dtype, self.block)
+            self.datasets[split] = PackedBlocks(
+                self.cache.folder / f"{split}.tokens", self.cache.dtype, self.block, bos_id=bos
+            )
             self.documents[split] = self.cache.texts(split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
@@ -253,16 +257,18 @@ class LanguageModelDataModule(CachedTokenDataModule):
             counts.update(doc + "\n")
         total = sum(counts.values())
         entropy = -sum(c / total * math.log2(c / total) for c in counts.values())
+        unk = UNK_ID if not self.tokenizer.spec.pretrained else self.tokenizer.unk_id
         out: dict[str, Any] = {"vocab_size": self.vocab_size, "block": self.block, "unigram_bits_per_char": entropy}
         for split in SPLITS:
             tokens = self.datasets[split].tokens
-            real = int(tokens.size) - int(self.cache.meta["documents"][split])  # every token but <bos>
+            starts = int(self.cache.meta["documents"][split]) if self.datasets[split].bos_id is not None else 0
+            real = int(tokens.size) - starts  # every token but <bos>
             out[split] = {
                 "documents": len(self.documents[split]),
                 "chars": self.num_chars(split),
                 "tokens": real,
                 "blocks": len(self.datasets[split]),
-                "unk_rate": float(np.count_nonzero(tokens == UNK_ID)) / real if real else 0.0,
+                "unk_rate": float(np.count_nonzero(tokens == unk)) / real if real and unk is not None else 0.0,
             }
         return out
 

@@ -146,6 +146,7 @@ def sample(
     repetition_penalty: float = 1.0,
     seen: Tensor | None = None,
     stop_at_eos: bool = True,
+    stop_ids: Sequence[int] | None = None,
     stop_strings: Sequence[str] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     on_token: Callable[[Tensor], None] | None = None,
@@ -155,15 +156,17 @@ def sample(
     Each step: the logits of every row, the repetition penalty (``seen [B, V]``: the ids already in
     each row, updated here; see :func:`seen_tokens`), then :func:`sample_next_token` with the sampling
     arguments (``temperature=0`` is greedy). A row that produced ``eos_id`` (with ``stop_at_eos``) or
-    whose new text, ``decode(ids)``, contains one of ``stop_strings`` gets ``pad_id`` afterwards;
-    sampling stops when every row has stopped. ``on_token`` receives each step's tokens ``[B]``.
+    one of ``stop_ids`` (e.g. a chat template's end-of-turn token), or whose new text, ``decode(ids)``,
+    contains one of ``stop_strings`` gets ``pad_id`` afterwards; sampling stops when every row has
+    stopped. ``on_token`` receives each step's tokens ``[B]``.
     """
     stop = (list(stop_strings), decode) if stop_strings and decode is not None else None
     logits = decoding.logits()
     batch = logits.shape[0]
     out = torch.full((batch, max_new_tokens), decoding.pad_id, dtype=torch.long, device=logits.device)
     penalise = seen is not None and repetition_penalty != 1.0
-    stopping = stop_at_eos or stop is not None
+    ends = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=logits.device) if stop_ids else None
+    stopping = stop_at_eos or stop is not None or ends is not None
     finished = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     end = 0
     for step in range(max_new_tokens):
@@ -176,6 +179,8 @@ def sample(
             token = token.masked_fill(finished, decoding.pad_id)
             if stop_at_eos:
                 finished |= token == decoding.eos_id
+            if ends is not None:
+                finished |= torch.isin(token, ends)
         out[:, end] = token
         end += 1
         if penalise and seen is not None:

@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
+from attnkit.data.framing import body_ids, document_bounds, prompt_ids
 from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents, tokenizer_of
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.errors import ConfigError
-from attnkit.interop import load_model, read_model_info
+from attnkit.interop import load_pretrained
 from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
@@ -43,9 +44,10 @@ class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
 
     init: str | None = Field(
         None,
-        description="start from a trained language model: an attnkit lm run (folder or checkpoint) or an "
-        "`attnkit export` folder of one. Its tokenizer and architecture replace data.tokenizer/vocab_size and the "
-        "model keys above (dropout still applies; max_len is the block length, at most the base's context)",
+        description="start from a trained language model: an attnkit lm run (folder or checkpoint), an attnkit model "
+        "folder (attnkit export / import) or a Hugging Face folder of a GPT-2, Llama, Mistral or Qwen2 decoder. Its "
+        "tokenizer and architecture replace data.tokenizer/vocab_size and the model keys above (dropout still "
+        "applies; max_len is the block length, at most the base's context)",
     )
 
 
@@ -144,7 +146,8 @@ class LanguageModelTask(Task[LMConfig]):
         tokenizer = tokenizer_of(module.hparams["artifacts"])
         block = _language_model(module).config.max_len
         lines = numbered_inputs(path)
-        packed = [pack_documents([tokenizer.encode(text)], block) for _, text in lines]
+        bos, eos = document_bounds(tokenizer)
+        packed = [pack_documents([body_ids(tokenizer, text)], block, bos_id=bos, eos_id=eos) for _, text in lines]
         owner = torch.cat([torch.full((len(x),), i) for i, (x, _) in enumerate(packed)])
         inputs = torch.cat([x for x, _ in packed])
         targets = torch.cat([y for _, y in packed])
@@ -169,7 +172,7 @@ class LanguageModelTask(Task[LMConfig]):
         max_len = model.config.max_len
         inputs = [(f"{t!r}", t) for t in texts or []]
         for name, text in inputs:
-            n = len(tokenizer.encode(text, add_bos=True))
+            n = len(prompt_ids(tokenizer, text))
             if n > max_len:
                 raise ValueError(
                     f"lm: input {name} is {n} tokens with <bos>, longer than the model's context of {max_len}; "
@@ -186,7 +189,7 @@ class LanguageModelTask(Task[LMConfig]):
                 inputs.append((f"validation document {index}", docs[index]))
         out = []
         for name, text in inputs:
-            ids = tokenizer.encode(text, add_bos=True)[:max_len]  # validation documents: their start
+            ids = prompt_ids(tokenizer, text)[:max_len]  # validation documents: their start
             maps = model.get_attention_maps(torch.tensor([ids], device=module.device))
             labels = [_token_label(tokenizer, i) for i in ids]
             out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, f"lm, {name}"))
@@ -207,27 +210,31 @@ def _token_label(tokenizer: Tokenizer, token_id: int) -> str:
 
 def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
     """The language model at ``path`` (``model.init``) as a plain model (a LoRA run's adapters merged),
-    and the data artifacts of its run (its tokenizer): an attnkit ``lm`` run folder or checkpoint, or an
-    ``attnkit export`` folder of one."""
+    and the data artifacts it trains with (its tokenizer): an attnkit ``lm`` run folder or checkpoint, an
+    attnkit model folder of a language model (``attnkit export`` / ``attnkit import``), or a Hugging Face
+    folder of a supported decoder (GPT-2, Llama, Mistral, Qwen2) with its tokenizer."""
     folder = Path(path)
     if not folder.exists():
-        raise FileNotFoundError(f"model.init: no lm run, checkpoint or model folder at {folder}")
-    if folder.is_dir() and (folder / INFO_FILE).is_file():
-        info = read_model_info(folder)
-        if info["model"]["name"] != "lm" or info.get("task") != LanguageModelTask.name or not info.get("artifacts"):
-            raise ConfigError(
-                f"model.init={folder} holds a {info['model']['name']!r} model of task {info.get('task')!r}; the lm "
-                "task starts from an lm run or an `attnkit export` folder of one (it needs the run's tokenizer)"
-            )
-        model = load_model(folder)
-        assert isinstance(model, LanguageModel)  # an "lm" model, checked above
-        return model, info["artifacts"]
-    if folder.is_dir() and (folder / "config.json").is_file():
-        raise ConfigError(
-            f"model.init={folder} is a Hugging Face folder; the lm task trains with attnkit's own tokenizers, so it "
-            "starts from an attnkit lm run (or an `attnkit export` folder of one). Load Hugging Face decoders with "
-            "attnkit.interop.load_pretrained"
+        raise FileNotFoundError(
+            f"model.init: no lm run, checkpoint or model folder at {folder}; expected an lm run (folder or "
+            "checkpoint), an attnkit model folder or a Hugging Face folder of a decoder"
         )
+    if folder.is_dir() and ((folder / INFO_FILE).is_file() or (folder / "config.json").is_file()):
+        pretrained = load_pretrained(folder)
+        if not isinstance(pretrained.model, LanguageModel):
+            raise ConfigError(
+                f"model.init={folder} holds a {pretrained.name!r} model, not a language model; the lm task starts "
+                "from a decoder (an lm run, or a GPT-2 / Llama / Mistral / Qwen2 folder)"
+            )
+        artifacts = pretrained.info.get("artifacts") if (folder / INFO_FILE).is_file() else None
+        if not artifacts:
+            if not isinstance(pretrained.tokenizer, Tokenizer):
+                raise ConfigError(
+                    f"model.init={folder} has no tokenizer files (tokenizer.json, or vocab.json + merges.txt); the lm "
+                    "task trains with the model's own tokenizer"
+                )
+            artifacts = {"tokenizer": pretrained.tokenizer.to_dict(), "tokenizer_kind": pretrained.tokenizer.kind}
+        return pretrained.model, artifacts
     from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
 
     loaded = load_run(folder, LanguageModelTask())
@@ -298,7 +305,7 @@ def generate_text(
     texts: list[str] = []
     for start in range(0, len(items), batch_size):
         chunk = items[start : start + batch_size]
-        encoded = [tokenizer.encode(p, add_bos=True) for p in chunk]
+        encoded = [prompt_ids(tokenizer, p) for p in chunk]
         out = model.generate(encoded, max_new_tokens, **options)
         width = max(map(len, encoded))
         for p, row in zip(chunk, out[:, width:].tolist()):
@@ -327,7 +334,7 @@ def _stream_one(
     """Generate one continuation of ``prompt``, streaming it to ``write``; text that could still become a
     stop string is held back until it cannot (so nothing after a stop string is ever written)."""
     device = next(model.parameters()).device
-    prompt_ids = torch.tensor([tokenizer.encode(prompt, add_bos=True)], device=device)
+    ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=device)
     stream = StreamDecoder(tokenizer)
     pieces: list[str] = []
     hold = max((len(s) for s in stops), default=1) - 1
@@ -348,7 +355,7 @@ def _stream_one(
 
     if write is not None:
         write(prompt)
-    model.generate(prompt_ids, max_new_tokens, on_token=on_token, **options)
+    model.generate(ids, max_new_tokens, on_token=on_token, **options)
     pieces.append(stream.flush())
     emit(final=True)
     if write is not None:

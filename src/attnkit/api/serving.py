@@ -1,0 +1,54 @@
+"""Serve a model over HTTP with the OpenAI-compatible API of :mod:`attnkit.serve` (FastAPI on uvicorn)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from attnkit.api.models import load_model
+
+__all__ = ["serve"]
+
+
+def serve(
+    run: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    max_batch: int = 32,
+    model_name: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the model ``run`` (an attnkit run, an attnkit model folder or a Hugging Face folder; see
+    :func:`attnkit.api.load_model`) until interrupted: ``/v1/models``, ``/v1/completions`` and
+    ``/v1/chat/completions`` (:func:`attnkit.serve.create_app`).
+
+    ``host`` / ``port``: where to listen (127.0.0.1 by default; port 0 picks a free one). ``api_key``
+    (default: the ``ATTNKIT_API_KEY`` environment variable): requests without ``Authorization: Bearer
+    KEY`` get 401. ``max_batch``: the most sequences decoded together. ``model_name``: the model's
+    name in the API (default: the folder's name). ``on_ready`` receives the URL once the socket
+    listens (with the real port)."""
+    try:
+        import uvicorn
+
+        from attnkit.serve import create_app
+    except ImportError as err:
+        raise ImportError(f"{err}: attnkit serve needs FastAPI and uvicorn: pip install 'attnkit[serve]'") from None
+    pretrained = load_model(run)
+    app = create_app(pretrained, model_name=model_name, api_key=api_key or None, max_batch=max_batch)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror} (choose another --port, or 0)") from None
+    sock.listen(128)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{sock.getsockname()[1]}/v1")
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
