@@ -11,8 +11,7 @@ from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained, export_hf, load_pretrained, plain_model, save_model
 from attnkit.interop import import_model as _convert
 from attnkit.interop.export import INFO_FILE
-from attnkit.tasks import load_run
-from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
+from attnkit.tasks import load_model, load_run
 
 __all__ = ["Exported", "export", "import_model", "load_model"]
 
@@ -64,21 +63,3 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
     weights, tokenizer files) into an attnkit model folder ``out``; returns the loaded model with its
     tokenizer. Nothing is downloaded. See :func:`attnkit.interop.import_model`."""
     return _convert(path, out)
-
-
-def load_model(path: str | Path) -> Pretrained:
-    """The model at ``path`` with its tokenizer and chat template, whatever kind of model it is: an
-    attnkit run (a run folder or checkpoint file; a LoRA run's adapters merged), an attnkit model folder
-    (``attnkit import`` / ``attnkit export``) or a Hugging Face folder of a supported family. What
-    ``attnkit chat``, ``serve`` and ``eval`` load; see :class:`attnkit.interop.Pretrained` for what
-    it offers (``generate``, ``chat``, ``encode_chat``...)."""
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"no model at {folder}; attnkit reads {MODEL_KINDS}")
-    if is_model_folder(folder):
-        return load_pretrained(folder)
-    loaded = load_run(folder)
-    artifacts = loaded.hparams.get("artifacts") or {}
-    tokenizer = tokenizer_of(artifacts) if "tokenizer" in artifacts else None
-    model = plain_model(loaded.module.model, merge=True, source=path).eval()
-    return Pretrained(model, loaded.hparams["model"]["name"], tokenizer, folder, dict(loaded.hparams))

@@ -238,8 +238,7 @@ class Pretrained:
             on_token=on_token,
             **options,
         )
-        if not ended:
-            pieces.append(stream.flush())
+        pieces.append(stream.flush())  # bytes held back for an unfinished character (a stop id is not pushed)
         text = _cut("".join(pieces), stops)
         if on_text is not None and len(text) > written:
             on_text(text[written:])

@@ -30,8 +30,9 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from attnkit.data.framing import body_ids, document_bounds
 from attnkit.data.tokenizers import Tokenizer
-from attnkit.interop import Pretrained, load_pretrained
+from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
+from attnkit.tasks import load_model
 
 __all__ = ["GENERATION_OPTIONS", "AttnkitLM"]
 
@@ -59,7 +60,7 @@ class AttnkitLM(TemplateLM):
     Args:
         pretrained: a :class:`~attnkit.interop.Pretrained` (from :func:`attnkit.api.load_model`) or the
             path of a model folder (an attnkit model folder or a Hugging Face GPT-2 / Llama / Mistral /
-            Qwen2 folder; :func:`attnkit.interop.load_pretrained`).
+            Qwen2 folder, or an attnkit run; :func:`attnkit.tasks.load_model`).
         batch_size: requests per forward pass (an int: attnkit has no ``auto`` batch size).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``... (default: CUDA when there is one).
         max_length: the context used, in tokens (default: the model's; at most the model's).
@@ -81,7 +82,7 @@ class AttnkitLM(TemplateLM):
     ) -> None:
         super().__init__()
         if isinstance(pretrained, str | Path):
-            pretrained = load_pretrained(pretrained)
+            pretrained = load_model(pretrained)
         if not isinstance(pretrained, Pretrained):
             raise TypeError(
                 f"pretrained must be a model folder's path or a Pretrained, not a {type(pretrained).__name__}"

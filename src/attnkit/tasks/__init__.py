@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.tokenizers import tokenizer_from_dict
+from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.tasks.registry import TASKS, build_config, get_task, register_task
+from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
 from attnkit.training.task import LoadedRun, ModelSpec, Task, TaskConfig
 
 # The built-in tasks (each registers itself on import).
@@ -22,6 +25,24 @@ def load_run(path: str | Path) -> LoadedRun:
     from attnkit.training import runner  # Lightning: only when a run is loaded
 
     return runner.load_run(path, dict(TASKS.items()))
+
+
+def load_model(path: str | Path) -> Pretrained:
+    """The model at ``path`` with its tokenizer and chat template, whatever kind of model it is: an
+    attnkit run (a run folder or checkpoint file; a LoRA run's adapters merged), an attnkit model folder
+    (``attnkit import`` / ``attnkit export``) or a Hugging Face folder of a supported family. What
+    ``attnkit chat``, ``serve`` and ``eval`` load; see :class:`attnkit.interop.Pretrained` for what
+    it offers (``generate``, ``chat``, ``encode_chat``...)."""
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"no model at {folder}; attnkit reads {MODEL_KINDS}")
+    if is_model_folder(folder):
+        return load_pretrained(folder)
+    loaded = load_run(folder)
+    artifacts = loaded.hparams.get("artifacts") or {}
+    tokenizer = tokenizer_from_dict(artifacts["tokenizer"]) if "tokenizer" in artifacts else None
+    model = plain_model(loaded.module.model, merge=True, source=path).eval()
+    return Pretrained(model, loaded.hparams["model"]["name"], tokenizer, folder, dict(loaded.hparams))
 
 
 def evaluate(path: str | Path, trainer: dict[str, Any] | None = None) -> dict[str, float]:
@@ -41,6 +62,7 @@ __all__ = [
     "build_config",
     "evaluate",
     "get_task",
+    "load_model",
     "load_run",
     "register_task",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from attnkit.config import StrictModel
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
@@ -74,15 +75,17 @@ def load_model_folder(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any
                 "needs its tokenizer to read and write text"
             )
         artifacts = {"tokenizer": pretrained.tokenizer.to_dict(), "tokenizer_kind": pretrained.tokenizer.kind}
-    model_config = model.config.model_dump(mode="json")
+    config = model.config
+    if not isinstance(config, StrictModel):  # every registered attnkit model keeps its typed config
+        raise CheckpointError(f"{folder}: its model has no attnkit config")
+    model_config = config.model_dump(mode="json")
     section = task.config_cls.model_fields["model"].annotation
     model_fields = section.model_fields if isinstance(section, type) and issubclass(section, BaseModel) else {}
     cfg = task.config(
         {"model": {k: v for k, v in model_config.items() if k in model_fields}},
         source=f"the architecture of {folder}",
     )
-    config = model.config
-    num_classes = config.vocab_size if isinstance(model, LanguageModel) else getattr(config, "num_classes", None)
+    num_classes = model.config.vocab_size if isinstance(model, LanguageModel) else getattr(config, "num_classes", None)
     hparams: dict[str, Any] = {
         "task": task.name,
         "config": cfg.model_dump(mode="json"),
