@@ -86,6 +86,7 @@ def build_models(shape: dict, seed: int) -> tuple[LanguageModel, torch.nn.Module
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     torch.manual_seed(seed)
     config = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=PAD, torch_dtype="float32")
     hf = LlamaForCausalLM(config).float().eval()
@@ -124,7 +125,7 @@ def runner(impl: str, ours: LanguageModel, hf: torch.nn.Module, prompts: list[to
 
         def run_a() -> torch.Tensor:
             with torch.inference_mode():
-                return ours.generate(listed, n, temperature=0.0, stop_at_eos=False)[:, width:]
+                return ours.generate(listed, n, temperature=0.0, use_cache=True, stop_at_eos=False)[:, width:]
 
         return run_a
 
