@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
     from attnkit.data.tokenizers import build_tokenizer
 except ImportError:  # running from a checkout without `pip install -e .`
@@ -53,6 +54,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
     from attnkit.data.tokenizers import build_tokenizer
 from attnkit.models import LanguageModel, LanguageModelConfig
 from attnkit.serve import Engine, Failed, Finished, SamplingParams
+from encoder_block import calibrate, loadavg
 
 GOAL_CLIENTS, GOAL_RATIO = 8, 4.0
 
@@ -133,25 +135,6 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-def calibrate() -> float:
-    """The spread (max / min) of a fixed matmul workload timed 15 times: near 1 on a quiet machine."""
-    a = torch.randn(192, 192)
-    samples = []
-    for _ in range(15):
-        t0 = time.perf_counter()
-        for _ in range(20):
-            a @ a
-        samples.append(time.perf_counter() - t0)
-    return max(samples) / min(samples)
-
-
-def loadavg() -> tuple[float, float, float]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (float("nan"),) * 3
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads(N) (default 1)")
@@ -175,7 +158,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    load_start, spread = loadavg(), calibrate()
+    load_start, spread = loadavg(), calibrate(args.threads)["max_over_min"]
     ncpu = os.cpu_count() or 1
     print(f"# serve benchmark ({platform.processor() or platform.machine()}, {ncpu} cores, {args.threads} threads)")
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import transformers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
@@ -25,8 +26,6 @@ from attnkit.data.chat import (
 )
 from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, build_tokenizer
-
-transformers = pytest.importorskip("transformers")
 
 HERE = Path(__file__).parent / "chat_templates"
 CORPUS = [

@@ -3,7 +3,6 @@ chat with their template, work with every command that takes a RUN, and fine-tun
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from attnkit import api
 from attnkit.data.framing import document_bounds, document_ids, prompt_ids
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
+from chat_models import build_chat_model
 
 SENTENCES = [
     "the cat sat on the mat and looked at the bird",
@@ -35,46 +35,16 @@ CHATML = (
 
 
 def build_chatml_model(folder: Path, context: int = 128) -> Path:
-    """A random Qwen2 chat model (ChatML template in tokenizer_config.json, end of turn ``<|im_end|>``, EOS
-    ids ``[<|im_end|>, <|endoftext|>]`` in generation_config.json), saved by ``save_pretrained``."""
-    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
-    from tokenizers.models import BPE
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
-    tok.save(str(folder / "tokenizer.json"))
-    options = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": CHATML}
-    (folder / "tokenizer_config.json").write_text(json.dumps({**options, "tokenizer_class": "PreTrainedTokenizerFast"}))
-    config = AutoConfig.for_model(
-        "qwen2",
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=context,
-        eos_token_id=[2, 0],
-        pad_token_id=0,
+    """A random Qwen2 chat model (ChatML template with a default system message, end of turn ``<|im_end|>``,
+    EOS ids ``[<|im_end|>, <|endoftext|>]`` in generation_config.json), saved by ``save_pretrained``."""
+    return build_chat_model(
+        folder,
+        context=context,
+        model_type="qwen2",
+        template=CHATML,
+        eos=("<|im_end|>", "<|endoftext|>"),
         tie_word_embeddings=True,
     )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)  # far from uniform: greedy picks are decisive
-    model.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

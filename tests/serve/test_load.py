@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
+import openai
 import pytest
+from serve_helpers import API_KEY, Server
 
-from conftest import API_KEY, CORPUS, Server
-
-openai = pytest.importorskip("openai")
+from chat_models import CORPUS
 
 CLIENTS = 32
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import pytest
 import torch
-
-from conftest import API_KEY, Server
-
-openai = pytest.importorskip("openai")
+from serve_helpers import API_KEY, Server
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where did the owl sit?"}]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from conftest import Server
+from serve_helpers import Server
 
 OK = {"model": "tiny-chat", "prompt": "The old owl", "max_tokens": 2, "temperature": 0}
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from attnkit import api
-from attnkit.cli.common import USER_ERRORS, fail, main, warn
+from attnkit.cli.common import USER_ERRORS, fail, main, sampling_options, warn
 from attnkit.config import UserPath
 
 COMMANDS = "/reset forgets the conversation, /exit (or end of input) leaves"
@@ -17,14 +17,7 @@ COMMANDS = "/reset forgets the conversation, /exit (or end of input) leaves"
 @click.argument("run", type=UserPath())
 @click.option("--system", help="A system message that starts the conversation (kept when old turns are dropped).")
 @click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(min=1), help="Reply length cap.")
-@click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random.")
-@click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only.")
-@click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P.")
-@click.option("--min-p", type=float, help="Drop tokens less likely than P times the most likely one.")
-@click.option(
-    "--repetition-penalty", default=1.0, show_default=True, type=float, help="> 1 discourages repeating tokens."
-)
-@click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same conversation.")
+@sampling_options
 def chat(
     run: str,
     system: str | None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +20,7 @@ __all__ = [
     "ClickHandler",
     "fail",
     "main",
+    "sampling_options",
     "show_logs",
     "warn",
 ]
@@ -26,6 +29,28 @@ USER_ERRORS = (ConfigError, CheckpointError, ValueError, FileNotFoundError, Type
 PLOT_ERRORS = (*USER_ERRORS, NotImplementedError)
 STANDARDIZED_HELP = "anomaly: the file's features are already standardised (default: raw; the run's mean/std apply)."
 OUT_HELP = "Image file to write: .png or .svg (default: %s)."
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SAMPLING = (
+    click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random."),
+    click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only."),
+    click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P."),
+    click.option("--min-p", type=float, help="Drop tokens less likely than P times the most likely one."),
+    click.option(
+        "--repetition-penalty", default=1.0, show_default=True, type=float, help="> 1 discourages repeating tokens."
+    ),
+    click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same text."),
+)
+
+
+def sampling_options(command: F) -> F:
+    """The sampling flags a command that generates text takes (``generate``, ``chat``): ``--temperature``,
+    ``--top-k``, ``--top-p``, ``--min-p``, ``--repetition-penalty`` and ``--seed``."""
+    for option in reversed(_SAMPLING):
+        command = option(command)
+    return command
 
 
 def fail(err: Exception) -> None:

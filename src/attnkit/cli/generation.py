@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from attnkit import api
-from attnkit.cli.common import USER_ERRORS, fail, main, warn
+from attnkit.cli.common import USER_ERRORS, fail, main, sampling_options, warn
 from attnkit.config import UserPath
 
 
@@ -20,15 +20,8 @@ from attnkit.config import UserPath
 @click.option("--out", "output_file", type=UserPath(dir_okay=False), help="With --file: write the texts here.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Prompts per batch.")
 @click.option("--max-new-tokens", default=200, show_default=True, type=click.IntRange(min=0), help="Tokens to add.")
-@click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random.")
-@click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only.")
-@click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P.")
-@click.option("--min-p", type=float, help="Drop tokens less likely than P times the most likely one.")
-@click.option(
-    "--repetition-penalty", default=1.0, show_default=True, type=float, help="> 1 discourages repeating tokens."
-)
+@sampling_options
 @click.option("--stop", multiple=True, help="Stop a text at this string (cut before it); repeatable.")
-@click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same text.")
 @click.option("--num-samples", default=1, show_default=True, type=click.IntRange(min=1), help="Texts per prompt.")
 def generate(
     run: str,

@@ -34,6 +34,7 @@ __all__ = [
     "ChatTemplateError",
     "check_messages",
     "encode_chat",
+    "eos_token_ids",
     "read_generation_config",
     "stop_ids",
     "stop_strings",
@@ -394,21 +395,26 @@ def read_generation_config(folder: str | Path) -> dict[str, Any]:
     return _read_json(Path(folder) / "generation_config.json")
 
 
+def eos_token_ids(generation_config: Mapping[str, Any] | None) -> list[int]:
+    """``generation_config``'s ``eos_token_id`` (an int or a list) as a list; ``[]`` when it has none."""
+    given = (generation_config or {}).get("eos_token_id")
+    ids = given if isinstance(given, list) else [] if given is None else [given]
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:  # an id past the tokenizer's may be the model's
+            raise ValueError(
+                f"generation config: eos_token_id must be an int >= 0 or a list of them, got {given!r}; "
+                "fix generation_config.json"
+            )
+    return list(ids)
+
+
 def stop_ids(
     tokenizer: Tokenizer, template: ChatTemplate | None, generation_config: Mapping[str, Any] | None = None
 ) -> list[int]:
     """The ids that end generation: ``generation_config``'s ``eos_token_id`` (an int or a list), the
     tokenizer's EOS, and the template's :meth:`~ChatTemplate.end_of_turn` when it is one token of the
     vocabulary (``<|im_end|>``, ``<|eot_id|>``). In that order, without repeats."""
-    ids: list[int] = []
-    given = (generation_config or {}).get("eos_token_id")
-    for i in given if isinstance(given, list) else [] if given is None else [given]:
-        if isinstance(i, bool) or not isinstance(i, int) or i < 0:  # an id past the tokenizer's may be the model's
-            raise ValueError(
-                f"generation config: eos_token_id must be an int >= 0 or a list of them, got {given!r}; "
-                "fix generation_config.json"
-            )
-        ids.append(i)
+    ids = eos_token_ids(generation_config)
     if tokenizer.eos_id is not None:
         ids.append(tokenizer.eos_id)
     end = template.end_of_turn() if template is not None else None

@@ -12,12 +12,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.chat import ChatTemplate, encode_chat, read_generation_config
+from attnkit.data.chat import ChatTemplate, encode_chat, eos_token_ids, read_generation_config
 from attnkit.data.chat import stop_ids as chat_stop_ids
 from attnkit.data.chat import stop_strings as chat_stop_strings
 from attnkit.data.collate import pad_sequences
 from attnkit.data.framing import prompt_ids
 from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.data.stops import StopText
 from attnkit.data.tokenizers import StreamDecoder, Tokenizer, tokenizer_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
@@ -138,9 +139,7 @@ class Pretrained:
     def eos_ids(self) -> list[int]:
         """Ids that end a text: the model's EOS and those of ``generation_config.json`` (what
         :meth:`generate` stops at, as transformers' ``generate`` does)."""
-        given = self.generation_config.get("eos_token_id")
-        ids = given if isinstance(given, list) else [given] if isinstance(given, int) else []
-        return sorted({*(i for i in ids if isinstance(i, int)), self._lm().config.eos_id})
+        return sorted({*eos_token_ids(self.generation_config), self._lm().config.eos_id})
 
     @property
     def stop_strings(self) -> list[str]:
@@ -203,31 +202,26 @@ class Pretrained:
         options.setdefault("temperature", 0.0)
         stops = [*texts, *(options.pop("stop_strings", None) or [])]
         stop_ids = sorted({*ends, *(options.pop("stop_ids", None) or [])})
+        text = StopText(stops)
         if options.get("num_beams", 1) != 1:  # beam search: the best hypothesis, cut at its first stop id
             new = self._lm().generate(torch.tensor([ids]), max_new_tokens, **options)[0, len(ids) :].tolist()
             end = next((i for i, t in enumerate(new) if t in stop_ids), len(new))
-            return _cut(tok.decode(new[:end]), stops)
+            return text.flush(tok.decode(new[:end]))
         stream = StreamDecoder(tok)
         pieces: list[str] = []
-        written = 0
-        hold = max((len(s) for s in stops), default=1) - 1
         ended = False
 
+        def emit(piece: str) -> None:
+            pieces.append(piece)
+            if on_text is not None and piece:
+                on_text(piece)
+
         def on_token(token: Tensor) -> None:
-            nonlocal written, ended
-            if ended:
-                return
+            nonlocal ended
             token_id = int(token[0])
-            if token_id in stop_ids:
-                ended = True
-                return
-            pieces.append(stream.push(token_id))
-            text = "".join(pieces)
-            cut = _cut(text, stops)
-            end = len(cut) if len(cut) < len(text) else max(written, len(text) - hold)
-            if on_text is not None and end > written:
-                on_text(cut[written:end])
-            written = max(written, end)
+            ended = ended or token_id in stop_ids  # a stop id ends the text; after it come only pads
+            if not ended:
+                emit(text.add(stream.push(token_id))[0])
 
         self._lm().generate(
             torch.tensor([ids]),
@@ -238,16 +232,8 @@ class Pretrained:
             on_token=on_token,
             **options,
         )
-        pieces.append(stream.flush())  # bytes held back for an unfinished character (a stop id is not pushed)
-        text = _cut("".join(pieces), stops)
-        if on_text is not None and len(text) > written:
-            on_text(text[written:])
-        return text
-
-
-def _cut(text: str, stops: Sequence[str]) -> str:
-    """``text`` up to (without) the earliest of ``stops`` in it."""
-    return text[: min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))]
+        emit(text.flush(stream.flush()))  # bytes held back for an unfinished character, held-back text
+        return "".join(pieces)
 
 
 def load_pretrained(path: str | Path) -> Pretrained:

@@ -25,6 +25,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.interop import Pretrained
+from attnkit.models import LanguageModel
 from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, SamplingParams
 from attnkit.serve.schemas import ChatRequest, CompletionRequest, SamplingRequest, error_body, validation_message
 
@@ -45,7 +48,7 @@ class _Error(Exception):
 
 
 def create_app(
-    pretrained: Any,
+    pretrained: Pretrained,
     *,
     model_name: str | None = None,
     api_key: str | None = None,
@@ -61,11 +64,17 @@ def create_app(
     built here. The engine thread starts and stops with the app (its lifespan). Run it with uvicorn,
     as ``attnkit serve`` does.
     """
+    model, tokenizer = pretrained.model, pretrained.tokenizer
+    if not isinstance(model, LanguageModel) or not isinstance(tokenizer, Tokenizer):
+        raise TypeError(
+            f"{pretrained.source} holds a {type(model).__name__} with a {type(tokenizer).__name__} tokenizer; "
+            "attnkit serve serves language models (GPT-2, Llama, Mistral, Qwen2, attnkit lm runs) with their tokenizer"
+        )
     if engine is None:
         engine = Engine(
-            pretrained.model,
-            pretrained.tokenizer,
-            stop_ids=getattr(pretrained, "eos_ids", None),  # completions stop at EOS, as Pretrained.generate
+            model,
+            tokenizer,
+            stop_ids=pretrained.eos_ids,  # completions stop at EOS, as Pretrained.generate
             max_batch=max_batch,
             context=pretrained.context,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.tokenizers import tokenizer_from_dict
+from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.tasks.registry import TASKS, build_config, get_task, register_task
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
@@ -40,7 +40,7 @@ def load_model(path: str | Path) -> Pretrained:
         return load_pretrained(folder)
     loaded = load_run(folder)
     artifacts = loaded.hparams.get("artifacts") or {}
-    tokenizer = tokenizer_from_dict(artifacts["tokenizer"]) if "tokenizer" in artifacts else None
+    tokenizer = tokenizer_of(artifacts) if "tokenizer" in artifacts else None
     model = plain_model(loaded.module.model, merge=True, source=path).eval()
     return Pretrained(model, loaded.hparams["model"]["name"], tokenizer, folder, dict(loaded.hparams))
 

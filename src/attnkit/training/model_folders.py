@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from attnkit.config import StrictModel
+from attnkit.data.lm.blocks import artifacts_of
 from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
@@ -74,7 +75,7 @@ def load_model_folder(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any
                 f"{folder} has no tokenizer files (tokenizer.json, or vocab.json + merges.txt): a language model "
                 "needs its tokenizer to read and write text"
             )
-        artifacts = {"tokenizer": pretrained.tokenizer.to_dict(), "tokenizer_kind": pretrained.tokenizer.kind}
+        artifacts = artifacts_of(pretrained.tokenizer)
     config = model.config
     if not isinstance(config, StrictModel):  # every registered attnkit model keeps its typed config
         raise CheckpointError(f"{folder}: its model has no attnkit config")

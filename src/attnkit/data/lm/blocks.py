@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from attnkit.data.tokenizer_kinds import BOS_ID, EOS_ID, PAD_ID
 from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
 
-__all__ = ["IGNORE_INDEX", "PackedBlocks", "pack_documents", "tokenizer_of"]
+__all__ = ["IGNORE_INDEX", "PackedBlocks", "artifacts_of", "pack_documents", "tokenizer_of"]
 
 IGNORE_INDEX = -100  # targets the loss skips (F.cross_entropy's default ignore_index)
 
@@ -95,6 +95,11 @@ class PackedBlocks(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         inputs, targets = self.__getitems__([index])
         return inputs[0], targets[0]
+
+
+def artifacts_of(tokenizer: Tokenizer) -> dict[str, Any]:
+    """The artifacts a language-model run stores (its tokenizer): what :func:`tokenizer_of` reads back."""
+    return {"tokenizer": tokenizer.to_dict(), "tokenizer_kind": tokenizer.kind}
 
 
 def tokenizer_of(artifacts: dict[str, Any]) -> Tokenizer:

@@ -34,7 +34,7 @@ from attnkit.data.collate import identity_collate
 from attnkit.data.encode import encode_batches, tokenize_workers
 from attnkit.data.framing import document_bounds
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.lm.blocks import PackedBlocks, tokenizer_of
+from attnkit.data.lm.blocks import PackedBlocks, artifacts_of, tokenizer_of
 from attnkit.data.lm.config import BUILTIN, LMDataConfig
 from attnkit.data.readers.text_files import corpus_files, iter_documents
 from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
@@ -245,7 +245,7 @@ class LanguageModelDataModule(CachedTokenDataModule):
 
     def artifacts(self) -> dict[str, Any]:
         """JSON-serialisable ``{"tokenizer": ..., "tokenizer_kind": ...}`` stored in checkpoints."""
-        return {"tokenizer": self.tokenizer.to_dict(), "tokenizer_kind": self.tokenizer.kind}
+        return artifacts_of(self.tokenizer)
 
     def stats(self) -> dict[str, Any]:
         """Documents, characters, tokens, blocks and ``<unk>`` share per split, and the training

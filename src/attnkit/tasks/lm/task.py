@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import Tensor
 
 from attnkit.data.framing import body_ids, document_bounds, prompt_ids
-from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents, tokenizer_of
+from attnkit.data.lm.blocks import IGNORE_INDEX, artifacts_of, pack_documents, tokenizer_of
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.readers.lines import numbered_inputs
+from attnkit.data.stops import StopText
 from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import load_pretrained
@@ -233,7 +233,7 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
                     f"model.init={folder} has no tokenizer files (tokenizer.json, or vocab.json + merges.txt); the lm "
                     "task trains with the model's own tokenizer"
                 )
-            artifacts = {"tokenizer": pretrained.tokenizer.to_dict(), "tokenizer_kind": pretrained.tokenizer.kind}
+            artifacts = artifacts_of(pretrained.tokenizer)
         return pretrained.model, artifacts
     from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
 
@@ -309,17 +309,11 @@ def generate_text(
         out = model.generate(encoded, max_new_tokens, **options)
         width = max(map(len, encoded))
         for p, row in zip(chunk, out[:, width:].tolist()):
-            text = p + _cut_at_stop(tokenizer.decode(row), stops)
+            text = p + StopText(stops).flush(tokenizer.decode(row))
             texts.append(text)
             if write is not None:
                 write(text + "\n")
     return texts
-
-
-def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    """``text`` up to (without) the earliest stop string in it."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
-    return text[:cut]
 
 
 def _stream_one(
@@ -332,35 +326,26 @@ def _stream_one(
     write: Callable[[str], None] | None,
 ) -> str:
     """Generate one continuation of ``prompt``, streaming it to ``write``; text that could still become a
-    stop string is held back until it cannot (so nothing after a stop string is ever written)."""
+    stop string is held back until it cannot (:class:`~attnkit.data.stops.StopText`: so nothing after a
+    stop string is ever written)."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=device)
     stream = StreamDecoder(tokenizer)
+    text = StopText(stops)
     pieces: list[str] = []
-    hold = max((len(s) for s in stops), default=1) - 1
-    written = 0
 
-    def emit(final: bool) -> None:
-        nonlocal written
-        text = "".join(pieces)
-        trimmed = _cut_at_stop(text, stops)
-        end = len(trimmed) if final or len(trimmed) < len(text) else max(written, len(text) - hold)
-        if write is not None and end > written:
-            write(trimmed[written:end])
-        written = max(written, end)
-
-    def on_token(token: Tensor) -> None:
-        pieces.append(stream.push(int(token[0])))
-        emit(final=False)
+    def emit(piece: str) -> None:
+        pieces.append(piece)
+        if write is not None and piece:
+            write(piece)
 
     if write is not None:
         write(prompt)
-    model.generate(ids, max_new_tokens, on_token=on_token, **options)
-    pieces.append(stream.flush())
-    emit(final=True)
+    model.generate(ids, max_new_tokens, on_token=lambda token: emit(text.add(stream.push(int(token[0])))[0]), **options)
+    emit(text.flush(stream.flush()))
     if write is not None:
         write("\n")
-    return _cut_at_stop("".join(pieces), stops)
+    return "".join(pieces)
 
 
 def generate_from_run(run: str | Path, prompt: str | Sequence[str] = "", **kwargs: Any) -> list[str]:
