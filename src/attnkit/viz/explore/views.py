@@ -1,0 +1,276 @@
+"""The explorer's views of one input, per kind of model: what :mod:`attnkit.viz.explore.app` serves
+and :func:`attnkit.viz.explore.explore` embeds.
+
+:func:`load_explorer` turns any run, attnkit model folder or Hugging Face folder (or a loaded
+:class:`~attnkit.interop.Pretrained` / :class:`~attnkit.tasks.LoadedRun`) into an :class:`Explorer`,
+whose :meth:`Explorer.view` computes the payload of one input (see :mod:`.payload`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from attnkit.data.lm.blocks import tokenizer_of
+from attnkit.data.tokenizers import Tokenizer
+from attnkit.interop import Pretrained, load_pretrained, plain_model
+from attnkit.models import BertClassifier, BertEncoder, LanguageModel
+from attnkit.tasks import LoadedRun, load_run
+from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
+from attnkit.viz.explore.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
+
+__all__ = ["DecoderExplorer", "EncoderExplorer", "Explorer", "RunExplorer", "load_explorer"]
+
+MAX_STEPS = 512  # the most tokens the page may ask a decoder to generate
+
+
+class Explorer:
+    """A model ready to explore: :meth:`info` (what it is, what to type) and :meth:`view` (one input)."""
+
+    kind = "model"
+    decoder = False
+    example = ""
+    hint = "a text"
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+
+    def info(self) -> dict[str, Any]:
+        """The model's description for the page."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "source": self.source,
+            "decoder": self.decoder,
+            "example": self.example,
+            "hint": self.hint,
+        }
+
+    def view(
+        self, text: str, *, steps: int = 0, temperature: float = 0.0, seed: int = 0, budget: int = ATTENTION_BUDGET
+    ) -> dict[str, Any]:
+        """The payload of input ``text``: ``{"model", "input", "blocks", ...}`` (decoders: ``steps`` tokens
+        generated after it, greedy at ``temperature=0``, else sampled with ``seed``). A bad input is a
+        :class:`ValueError` that says what was wrong."""
+        if not isinstance(text, str):
+            raise ValueError(f"the input must be a text, got {type(text).__name__}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_STEPS:
+            raise ValueError(f"steps must be an int in [0, {MAX_STEPS}], got {steps!r}")
+        if not self.decoder and steps:
+            raise ValueError(f"this {self.kind} model does not generate: steps must be 0")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 10:
+            raise ValueError(f"temperature must be a number in [0, 10] (0: greedy), got {temperature!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        with torch.no_grad():
+            out = self._view(text, steps, float(temperature), seed, budget)
+        out["model"] = self.info()
+        out["input"] = {"text": text, "steps": steps, "temperature": temperature, "seed": seed}
+        return out
+
+    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class DecoderExplorer(Explorer):
+    """A language model (an lm run, an imported GPT-2 / Llama / Mistral / Qwen2): causal self-attention,
+    the next-token table at every position and generation step by step."""
+
+    kind = "decoder"
+    decoder = True
+    example = "The"
+    hint = "a text to continue"
+
+    def __init__(self, pretrained: Pretrained) -> None:
+        super().__init__(pretrained.name, str(pretrained.source))
+        if not isinstance(pretrained.model, LanguageModel) or not isinstance(pretrained.tokenizer, Tokenizer):
+            raise ValueError(f"{pretrained.source}: a decoder explorer needs a language model with its tokenizer")
+        self.pretrained = pretrained
+        self.model: LanguageModel = pretrained.model.eval()
+        self.tokenizer: Tokenizer = pretrained.tokenizer
+        self.label = functools.lru_cache(maxsize=65536)(self._label)
+
+    def _label(self, token_id: int) -> str:
+        return token_label(self.tokenizer.decode([token_id], skip_special=False))
+
+    def tokens(self, text: str, steps: int = 0, temperature: float = 0.0, seed: int = 0) -> tuple[list[int], int, bool]:
+        """``(ids, prompt length, finished)``: the prompt's ids then ``steps`` generated ones, exactly as
+        :meth:`Pretrained.generate` makes them (greedy, or sampled from ``torch.Generator().manual_seed(seed)``),
+        cut after a stop id (``finished``)."""
+        prompt = self.pretrained.encode_prompt(text)
+        context = self.model.config.max_len
+        if len(prompt) + steps > context:
+            raise ValueError(
+                f"the input is {len(prompt)} tokens and {steps} more were asked for, past the model's context of "
+                f"{context} tokens: shorten the input or step back"
+            )
+        if not steps:
+            return prompt, len(prompt), False
+        generator = torch.Generator().manual_seed(seed)
+        stops = self.pretrained.eos_ids
+        out = self.model.generate(
+            torch.tensor([prompt]), steps, temperature=temperature, generator=generator, stop_ids=stops
+        )
+        new = out[0, len(prompt) :].tolist()
+        end = next((i + 1 for i, t in enumerate(new) if t in stops), None)
+        return prompt + new[: end or len(new)], len(prompt), end is not None
+
+    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+        ids, prompt_length, finished = self.tokens(text, steps, temperature, seed)
+        logits, maps = self.model.forward_with_attention(torch.tensor([ids]))
+        labels = [self.label(i) for i in ids]
+        block = pack_attention(
+            [m[0] for m in maps], name="self-attention", query_labels=labels, key_labels=labels, causal=True,
+            budget=budget,
+        )  # fmt: skip
+        return {
+            "tokens": labels,
+            "ids": ids,
+            "prompt_length": prompt_length,
+            "finished": finished,
+            "blocks": [block],
+            "next": next_token_table(logits[0], self.label),
+        }
+
+
+class EncoderExplorer(Explorer):
+    """A BERT-family encoder (an imported BERT, or a BERT classifier's encoder): self-attention over the
+    tokens, ``[CLS]`` and ``[SEP]`` included."""
+
+    kind = "encoder"
+    example = "The cat sat on the mat."
+
+    def __init__(self, pretrained: Pretrained) -> None:
+        super().__init__(pretrained.name, str(pretrained.source))
+        model = pretrained.model
+        self.encoder: BertEncoder = model.bert if isinstance(model, BertClassifier) else model
+        self.pretrained = pretrained
+
+    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+        ids, mask = self.pretrained.encode([text])
+        maps = self.encoder.get_attention_maps(ids, mask)
+        tok = self.pretrained.tokenizer
+        labels = [token_label(tok.id_to_token(int(i))) for i in ids[0]]
+        block = pack_attention(
+            [m[0] for m in maps], name="self-attention", query_labels=labels, key_labels=labels,
+            key_mask=mask[0], budget=budget,
+        )  # fmt: skip
+        return {"tokens": labels, "blocks": [block]}
+
+
+class RunExplorer(Explorer):
+    """A trained run of an encoder task (reverse, anomaly, classify) or of translate: its task's attention
+    example for the input (:meth:`attnkit.tasks.Task.attention_examples`) and what the task predicts."""
+
+    HINTS: ClassVar[dict[str, tuple[str, str]]] = {
+        "reverse": ("symbols separated by spaces", "3 1 4 1 5"),
+        "anomaly": ("the index of a test set", "0"),
+        "classify": ("a text to classify", "a wonderful film"),
+        "translate": ("a sentence to translate", "hello"),
+    }
+
+    def __init__(self, loaded: LoadedRun, source: str) -> None:
+        self.task_name = str(loaded.hparams.get("task") or loaded.task.name)
+        super().__init__(self.task_name, source)
+        self.kind = self.task_name
+        self.loaded = loaded
+        self.hint, self.example = self.HINTS.get(self.task_name, ("an input as for attnkit predict", ""))
+
+    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+        if not text.strip():
+            raise ValueError(f"type an input: {self.hint} (e.g. {self.example!r})")
+        module = self.loaded.module.eval()
+        example = self.loaded.task.attention_examples(module, [text])[0]
+        name = "cross-attention" if self.task_name == "translate" else "self-attention"
+        block = pack_attention(
+            example.maps, name=name, query_labels=example.query_labels, key_labels=example.key_labels, budget=budget
+        )
+        block["query_axis"], block["key_axis"] = example.query_axis, example.key_axis
+        out: dict[str, Any] = {"tokens": example.key_labels, "title": example.title, "blocks": [block]}
+        if self.task_name == "anomaly" and example.probabilities is not None:
+            probs = example.probabilities
+            out["items"] = {
+                "probabilities": probs,
+                "predicted": max(range(len(probs)), key=probs.__getitem__),
+                "target": example.target,
+            }
+        elif self.task_name == "classify":
+            out["classes"] = self._classes(text, example.maps, example.key_labels)
+        elif self.task_name == "translate":
+            out["hypotheses"] = self._hypotheses(text)
+        return out
+
+    def _classes(self, text: str, maps: list[torch.Tensor], words: list[str]) -> dict[str, Any]:
+        """Class probabilities, and per layer x head the attention of the pooled representation over the
+        tokens: the ``[CLS]`` row (cls pooling), else the mean of the rows (mean pooling)."""
+        module = self.loaded.module
+        dm = self.loaded.task.build_datamodule(self.loaded.config, module.hparams["artifacts"])
+        ids, mask = dm.encode_texts([text])
+        probs = module.model(ids.to(module.device), mask.to(module.device)).softmax(-1)[0].tolist()
+        cls = bool(words) and words[0] == "[CLS]"
+        pooled = [(m[:, 0] if cls else m.mean(dim=1)).tolist() for m in maps]  # [L][H][T]
+        names = list(module.hparams["artifacts"]["label_names"])
+        return {
+            "names": names,
+            "probabilities": probs,
+            "predicted": max(range(len(probs)), key=probs.__getitem__),
+            "pooling": "cls" if cls else "mean",
+            "pooled_attention": [[[round(v, 4) for v in head] for head in layer] for layer in pooled],
+        }
+
+    def _hypotheses(self, text: str) -> list[dict[str, Any]]:
+        """The translation of greedy decoding and of the run's beam search, with their scores (summed
+        log-probability of the tokens, end of sentence included)."""
+        from attnkit.tasks.translate import translate_scored
+
+        module = self.loaded.module
+        beam = int(module.hparams["config"].get("decode", {}).get("beam_size", 1))
+        out = []
+        for size in sorted({1, max(beam, 4)}):
+            [(translation, score)] = translate_scored(module, [text], beam_size=size, warn=lambda _m: None)
+            out.append({"beam_size": size, "text": translation, "log_prob": score})
+        return out
+
+
+def load_explorer(source: Any) -> Explorer:
+    """An :class:`Explorer` of ``source``: a run folder or checkpoint file, an attnkit model folder, a
+    Hugging Face folder (see :func:`attnkit.tasks.load_model`), a loaded :class:`Pretrained` or
+    :class:`LoadedRun`, or an :class:`Explorer` (returned as it is)."""
+    if isinstance(source, Explorer):
+        return source
+    if isinstance(source, Pretrained):
+        return _from_pretrained(source)
+    if isinstance(source, LoadedRun):
+        return _from_run(source, str(source.run_dir or source.checkpoint))
+    if not isinstance(source, (str, Path)):
+        raise TypeError(f"explore takes a run or model folder (a path), a Pretrained or a LoadedRun, got {source!r}")
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"no model at {path}; attnkit explore reads {MODEL_KINDS}")
+    if is_model_folder(path):
+        return _from_pretrained(load_pretrained(path))
+    return _from_run(load_run(path), str(path))
+
+
+def _from_pretrained(pretrained: Pretrained) -> Explorer:
+    if isinstance(pretrained.model, LanguageModel):
+        return DecoderExplorer(pretrained)
+    if isinstance(pretrained.model, (BertEncoder, BertClassifier)):
+        return EncoderExplorer(pretrained)
+    raise ValueError(
+        f"{pretrained.source} holds a {pretrained.name!r} model: from model folders attnkit explore reads decoders "
+        "and BERT encoders; explore the run it was exported from instead"
+    )
+
+
+def _from_run(loaded: LoadedRun, source: str) -> Explorer:
+    if loaded.hparams.get("task") == "lm" or isinstance(loaded.module.model, LanguageModel):
+        artifacts = loaded.hparams.get("artifacts") or {}
+        tokenizer = tokenizer_of(artifacts) if "tokenizer" in artifacts else None
+        model = plain_model(loaded.module.model, merge=True, source=source).eval()
+        return DecoderExplorer(Pretrained(model, "lm", tokenizer, Path(source), dict(loaded.hparams)))
+    return RunExplorer(loaded, source)
