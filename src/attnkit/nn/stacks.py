@@ -4,6 +4,12 @@ Masks are validated and merged once per stack (:func:`attnkit.nn.masks.prepare_a
 causal, sliding window and the positional encoding's attention bias, e.g. ALiBi, in one mask) and
 every layer receives the prepared result; the rotary cosines/sines are computed once per stack too.
 Pre-norm stacks end with a final norm. Boolean masks mean **True = may attend**.
+
+Activation checkpointing: with ``stack.activation_checkpointing = True`` each block's activations are
+not kept for the backward pass while training (a grad-enabled forward in training mode, no decoding
+cache): the block is run again in backward (``torch.utils.checkpoint``, non-reentrant, with the random
+state of the first run, so dropout draws the same masks). Outputs and gradients are those of the
+plain stack; memory is traded for a second forward of every block.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock
 from attnkit.nn.masks import PreparedAttention, prepare_attention
@@ -42,10 +49,20 @@ class _Stack(nn.Module):
         self.positional = attention_positions(spec)
         rotary = self.positional.rotary_embedding() if self.positional is not None else None
         self.layers = nn.ModuleList(block(spec, rotary=rotary) for _ in range(spec.num_layers))
+        self.activation_checkpointing = False  # recompute each block in backward (see the module's docstring)
         use_final_norm = spec.norm_first if spec.final_norm is None else spec.final_norm
         self.norm = (
             make_norm(spec.norm, spec.d_model, eps=spec.layer_norm_eps, bias=spec.bias) if use_final_norm else None
         )
+
+    def _call_layer(self, layer: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """``layer(*args, **kwargs)``, checkpointed when :attr:`activation_checkpointing` is on and the
+        call is a training forward that records gradients (not decoding: a block's cache would be
+        appended to twice)."""
+        recompute = self.training and torch.is_grad_enabled() and kwargs.get("cache") is None
+        if self.activation_checkpointing and recompute:
+            return checkpoint(layer, *args, use_reentrant=False, **kwargs)
+        return layer(*args, **kwargs)
 
     @property
     def rotary(self) -> RotaryEmbedding | None:
@@ -151,7 +168,7 @@ class TransformerEncoder(_Stack):
         )
         maps: list[Tensor] = []
         for layer in self.layers:
-            x, weights = layer(x, need_weights=need_weights, prepared=prepared)
+            x, weights = self._call_layer(layer, x, need_weights=need_weights, prepared=prepared)
             if weights is not None:
                 maps.append(weights)
         if self.norm is not None:
@@ -290,7 +307,8 @@ class TransformerDecoder(_Stack):
         self_maps: list[Tensor] = []
         cross_maps: list[Tensor] = []
         for i, layer in enumerate(self.layers):
-            x, self_w, cross_w = layer(
+            x, self_w, cross_w = self._call_layer(
+                layer,
                 x,
                 memory,
                 need_weights=need_weights,

@@ -30,8 +30,14 @@ class TrainerConfig(StrictModel):
     accelerator: str = "auto"
     devices: int | str = Field("auto", description="devices (processes) per machine")
     num_nodes: int = Field(1, gt=0, description="machines; each starts its processes itself (torchrun, SLURM)")
-    strategy: str = "auto"
+    strategy: str = Field(
+        "auto", description="Lightning's strategy (auto, ddp, ...) or fsdp: each process holds a shard of the model"
+    )
     precision: str = "32-true"
+    accumulate_grad_batches: int = Field(1, gt=0, description="batches whose gradients make one optimiser step")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each transformer block in backward instead of keeping its activations"
+    )
     num_workers: int = Field(0, ge=0, description="data loader worker processes")
     threads: int | None = Field(None, gt=0, description="torch threads per process (1 is best on a busy machine)")
     early_stopping_patience: int | None = Field(None, gt=0, description="epochs without improvement before stopping")

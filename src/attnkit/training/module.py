@@ -15,6 +15,7 @@ from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lor
 from attnkit.training.config import OptimConfig
 from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
+from attnkit.training.sharding import ShardingPlan, is_sharded, shard_model
 
 __all__ = ["ClassifierModule", "TaskModule"]
 
@@ -54,10 +55,19 @@ class TaskModule(L.LightningModule):
             extra = [m for m in self.lora_train_modules if m not in lora_cfg.train_modules]
             apply_lora(self.model, lora_cfg.model_copy(update={"train_modules": [*lora_cfg.train_modules, *extra]}))
         self._lora_base_sha = ""
+        # Set by the runner for trainer.strategy=fsdp: configure_model shards the model with it.
+        self.sharding: ShardingPlan | None = None
         self.optim_config = OptimConfig.model_validate(config["optim"])
+        self._step_targets = 0  # targets of the optimiser step's accumulated batches (on this process)
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
         # One copy of the metrics per stage: their states must not mix.
         self.stage_metrics = nn.ModuleDict({stage: nn.ModuleDict(self.metrics()) for stage in ("val", "test")})
+
+    def configure_model(self) -> None:
+        """Lightning's hook, before the optimiser is made: shard the model for ``trainer.strategy=fsdp``
+        (:mod:`attnkit.training.sharding`; once, also when fit, validate and test each call it)."""
+        if self.sharding is not None and not is_sharded(self.model):
+            shard_model(self.model, self.device_mesh["data_parallel"], self.sharding)
 
     def metrics(self) -> dict[str, Metric]:
         """The validation and test metrics, logged as ``<stage>/<name>`` per epoch; each gets
@@ -103,7 +113,33 @@ class TaskModule(L.LightningModule):
                 self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
                 if self.train_accuracy:
                     self.log("train/acc_step", correct / max(n, 1), on_step=True, on_epoch=False, prog_bar=True)
+        if self._accumulating():
+            # The summed loss; on_before_optimizer_step divides by the step's total target count.
+            self._step_targets += n
+            return loss * n
         return loss
+
+    def _accumulating(self) -> bool:
+        return int(self.trainer.accumulate_grad_batches) > 1
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """With ``trainer.accumulate_grad_batches`` k > 1, make the step's gradient that of the mean loss
+        over every target of its batches (on every process), i.e. of the one batch made of them.
+
+        Lightning divides each batch's loss by k: averaging per-batch means would weight a batch of
+        few targets (short, padded sequences) like one of many. Each batch's summed loss was
+        back-propagated instead (:meth:`training_step`); the gradients, averaged over the processes,
+        are scaled here by ``k * processes / targets``. Gradient clipping comes after this hook.
+        """
+        if not self._accumulating():
+            return
+        count = torch.tensor(float(self._step_targets), dtype=torch.float64, device=self.device)
+        total = float(self.trainer.strategy.reduce(count, reduce_op="sum"))
+        self._step_targets = 0
+        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size / max(total, 1.0)
+        for param in self.parameters():
+            if param.grad is not None:
+                param.grad.mul_(scale)
 
     def _logging_step(self) -> bool:
         """Whether Lightning's loggers write the step being trained: its rule (the step's number is a

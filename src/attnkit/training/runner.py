@@ -31,6 +31,7 @@ from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, loa
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder, load_model_folder
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
+from attnkit.training.sharding import set_activation_checkpointing, sharding_plan, strategy_for
 from attnkit.training.task import C, LoadedRun, Task, TaskConfig
 from attnkit.version import __version__
 
@@ -60,10 +61,12 @@ class StepCheckpoint(Callback):
     def __init__(self, folder: RunFolder, every_n_steps: int) -> None:
         self.folder = folder
         self.every_n_steps = every_n_steps
+        self.saved_step = -1
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        step = trainer.global_step
-        if step > 0 and step % self.every_n_steps == 0:
+        step = trainer.global_step  # optimiser steps: the same over a step's accumulated batches
+        if step > 0 and step % self.every_n_steps == 0 and step != self.saved_step:
+            self.saved_step = step
             trainer.save_checkpoint(self.folder.last_checkpoint)
 
 
@@ -144,9 +147,10 @@ def _trainer(cfg: TaskConfig, run_dir: Path, *, callbacks: list[Callback], logge
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=t.strategy,
+        strategy=strategy_for(t),
         precision=t.precision,  # type: ignore[arg-type]  # a str Lightning checks; its stub wants one of its Literals
         gradient_clip_val=cfg.optim.gradient_clip_val,
+        accumulate_grad_batches=t.accumulate_grad_batches,
         log_every_n_steps=t.log_every_n_steps,
         limit_train_batches=t.limit_train_batches,
         deterministic=t.deterministic,
@@ -180,6 +184,17 @@ def build_module(task: Task[C], cfg: C, datamodule: Any, *, init_weights: bool =
     return module
 
 
+def _prepare_training(module: TaskModule, cfg: TaskConfig) -> None:
+    """What ``trainer.strategy=fsdp`` and ``trainer.activation_checkpointing`` set on a module to train."""
+    module.sharding = sharding_plan(cfg.trainer)
+    if module.sharding is not None and is_lora(module.model):
+        raise ConfigError(
+            "trainer.strategy=fsdp does not train LoRA adapters (their checkpoints keep only the adapters): "
+            "use trainer.strategy=ddp, or train without model.lora"
+        )
+    set_activation_checkpointing(module.model, cfg.trainer.activation_checkpointing)
+
+
 def fit(
     task: Task[Any],
     cfg: TaskConfig,
@@ -198,6 +213,7 @@ def fit(
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    sharding_plan(cfg.trainer)  # settings FSDP cannot run with: refused before any data is read
 
     ckpt_path: Path | None = None
     if resume is None and run_dir is None:
@@ -218,6 +234,7 @@ def fit(
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
     module = build_module(task, cfg, datamodule, init_weights=ckpt_path is None)  # a resumed run has its weights
+    _prepare_training(module, cfg)
     if cfg.trainer.compile:
         # In place: the module's state_dict keys stay those of the plain model (no `_orig_mod.`).
         module.model.compile()
@@ -380,6 +397,7 @@ def evaluate(
         torch.set_num_threads(cfg.trainer.threads)
     if datamodule is None:
         datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
+    run.module.sharding = sharding_plan(cfg.trainer)
     trainer_ = _trainer(cfg, Path(run.run_dir or "."), callbacks=[], logger=False)
     result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}
