@@ -204,3 +204,14 @@ def test_classify_view_gives_class_probabilities_and_pooled_attention(classify_r
     assert pooled.shape == (*maps.shape[:2], maps.shape[-1])
     want = maps[:, :, 0] if classes["pooling"] == "cls" else maps.mean(axis=2)
     np.testing.assert_allclose(pooled, want, atol=2 / 255)
+
+
+def test_the_command_line_says_what_is_wrong(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from attnkit.cli import main
+
+    result = CliRunner().invoke(main, ["explore", "--help"])
+    assert result.exit_code == 0 and "--no-browser" in result.output and "--port" in result.output
+    result = CliRunner().invoke(main, ["explore", str(tmp_path / "nothing"), "--no-browser"])
+    assert result.exit_code == 2 and "no model at" in result.output

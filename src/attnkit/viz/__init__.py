@@ -11,6 +11,7 @@ from attnkit.viz.attention import (
     plot_set_probabilities,
 )
 from attnkit.viz.curves import plot_training_curves, read_metrics
+from attnkit.viz.explore.page import explore  # the function: attnkit.viz.explore(model, text)
 from attnkit.viz.figure import Figure
 from attnkit.viz.positional import plot_positional_encoding
 from attnkit.viz.report import ReportSection, figure_data_uri, render_report, write_report
@@ -20,6 +21,7 @@ __all__ = [
     "Figure",
     "ReportSection",
     "attention_examples",
+    "explore",
     "figure_data_uri",
     "plot_attention",
     "plot_attention_example",

@@ -1,0 +1,54 @@
+"""Look inside, live: ``attnkit explore`` serves the attention explorer of a model on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["explore"]
+
+
+def explore(
+    run: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    open_browser: bool = True,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the attention explorer of ``run`` (any run folder or checkpoint, attnkit model folder or Hugging Face
+    folder that attnkit loads) until interrupted: a page where you type an input and see every layer's
+    and head's attention (head view, matrix, model view), a decoder's next-token distribution with a
+    temperature slider, and its generation step by step (:mod:`attnkit.viz.explore`). Everything the page
+    uses is served from the package: it works offline.
+
+    ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one). ``on_ready`` receives the
+    page's URL once the socket listens; ``open_browser`` opens it in the default browser, where one exists."""
+    try:
+        import uvicorn
+
+        from attnkit.viz.explore.app import create_explore_app
+    except ImportError as err:
+        raise ImportError(f"{err}: attnkit explore needs FastAPI and uvicorn: pip install 'attnkit[serve]'") from None
+    from attnkit.viz.explore import load_explorer
+
+    app = create_explore_app(load_explorer(run))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror} (choose another --port, or 0)") from None
+    sock.listen(128)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    if on_ready is not None:
+        on_ready(url)
+    if open_browser:
+        webbrowser.open(url)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,65 @@
+"""The ``attnkit explore`` process the browser tests open (127.0.0.1, ``--port 0``, its URL read from its first
+line of output; stopped by the tests) and a headless Chromium that refuses every request off 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from viz_helpers import chromium_binary
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs"))
+from check_site import CHROMIUM_ARGS  # the site check's browser flags
+
+
+@contextmanager
+def explore_server(folder: Path, log: Path) -> Iterator[str]:
+    """``attnkit explore FOLDER --port 0 --no-browser`` running while the block runs; yields its URL."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "attnkit", "explore", str(folder), "--port", "0", "--no-browser"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+        )  # fmt: skip
+    first: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:  # until the process exits, so its stdout never fills up
+        assert process.stdout is not None
+        for line in process.stdout:
+            first.put(line)
+        first.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        line = first.get(timeout=120)
+        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        if match is None:
+            raise RuntimeError(f"attnkit explore did not report its URL: {line!r}; stderr: {log.read_text()}")
+        yield match.group(0)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
+
+
+@contextmanager
+def browser() -> Iterator[object]:
+    """A headless Chromium (Debian's, through Playwright)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=chromium_binary(), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -1,0 +1,195 @@
+"""``attnkit explore`` in a real browser (Playwright driving Debian's Chromium), on a small trained lm run and
+a small random imported Llama: typing updates the views, hovering highlights a token's lines, layer and
+head change, stepping generates what ``generate`` does, the temperature slider re-weights the next-token
+table, "Save" writes a page that opens offline with the same view; no console error and no request off
+127.0.0.1."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from explore_helpers import browser, explore_server
+from matplotlib import image as mpimg
+
+import attnkit
+from attnkit.interop import load_pretrained
+from attnkit.tasks import load_model
+from attnkit.viz.explore.payload import table_probabilities
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from chat_models import build_chat_model
+
+FAST = {"trainer.threads": 1, "trainer.progress_bar": False}
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lm")
+    docs = [f"the cat number {i} sat on the mat.\nit was {'happy' if i % 2 else 'sad'}." for i in range(60)]
+    (out / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    overrides = {
+        "data.source": str(out / "corpus.txt"), "data.val_fraction": 0.1, "data.test_fraction": 0.1,
+        "model.d_model": 32, "model.num_layers": 2, "model.num_heads": 2, "model.dim_feedforward": 64,
+        "model.max_len": 48, "trainer.batch_size": 8, "trainer.max_epochs": 2, "optim.warmup": 5,
+    }  # fmt: skip
+    return attnkit.train("lm", output_dir=str(out), name="c", **FAST, **overrides).run_dir
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_chat_model(tmp_path_factory.mktemp("llama") / "m")
+
+
+def post(url: str, body: Any) -> tuple[int, Any]:
+    request = urllib.request.Request(url + "api/view", data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+class Watch:
+    """A page's console errors, uncaught exceptions and every request it makes."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+
+    def check(self, allowed: tuple[str, ...]) -> None:
+        assert self.errors == []
+        off = [u for u in self.requests if not u.startswith(allowed)]
+        assert off == [], f"requests outside 127.0.0.1: {off}"
+
+
+def wait_for(page: Any, text: str, version: int = 0) -> int:
+    """Wait until the views show ``text`` (and a version after ``version``); returns the version."""
+    page.wait_for_function(
+        "([t, v]) => document.body.dataset.text === t && Number(document.body.dataset.version) > v", arg=[text, version]
+    )
+    return int(page.evaluate("document.body.dataset.version"))
+
+
+def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, heads: int) -> None:
+    with browser() as chromium:
+        context = chromium.new_context(accept_downloads=True, viewport={"width": 1200, "height": 800})
+        page = context.new_page()
+        watch = Watch(page)
+        page.goto(url)
+        page.wait_for_function("Number(document.body.dataset.version) > 0")  # the example input's views
+        version = int(page.evaluate("document.body.dataset.version"))
+        text = "the cat sat"
+        page.fill("#text", text)
+        version = wait_for(page, text, version)
+        data = page.evaluate("window.exploreData()")
+        assert data["input"]["text"] == text and len(data["tokens"]) >= 3
+        # head view: lines; hovering the last query token highlights its lines only
+        lines = page.locator("#head-svg line.attn")
+        assert lines.count() >= len(data["tokens"])
+        last = len(data["tokens"]) - 1
+        page.hover(f'#head-svg text.tok[data-side="q"][data-i="{last}"]')
+        highlighted = page.eval_on_selector_all("#head-svg line.attn.hl", "ls => ls.map(l => l.dataset.q)")
+        drawn = page.locator(f'#head-svg line.attn[data-q="{last}"]').count()
+        assert set(highlighted) == {str(last)} and len(highlighted) == drawn > 1
+        page.hover('#head-svg text.tok[data-side="k"][data-i="0"]')  # a key: the lines that reach it
+        highlighted = page.eval_on_selector_all("#head-svg line.attn.hl", "ls => ls.map(l => l.dataset.k)")
+        assert set(highlighted) == {"0"} and len(highlighted) == page.locator('#head-svg line.attn[data-k="0"]').count()
+        # layer and head
+        page.select_option("#layer", index=layers - 1)
+        page.select_option("#head", index=heads - 1)
+        assert f"layer {layers}, head {heads}" in page.inner_text("#title")
+        assert f"layer={layers - 1}" in page.url and f"head={heads - 1}" in page.url and "text=the+cat+sat" in page.url
+        # the next-token table re-weights with the temperature slider, as the payload says
+        temps = data["next"]["temperatures"]
+        page.eval_on_selector(
+            "#temperature", f"(s) => {{ s.value = '{temps.index(1.0)}'; s.dispatchEvent(new Event('input')); }}"
+        )
+        shown = [float(t.rstrip(" %")) / 100 for t in page.locator("#next-table .prob").all_inner_texts()]
+        want = table_probabilities(data["next"], last, 1.0)
+        np.testing.assert_allclose(shown, want, atol=0.0006)
+        # generation, step by step, equals generate's greedy tokens; back undoes a step
+        for step in range(1, 4):
+            if page.is_disabled("#step"):
+                break
+            page.click("#step")
+            page.wait_for_function(f"window.exploreData().input.steps === {step}")
+        data = page.evaluate("window.exploreData()")
+        new = data["ids"][data["prompt_length"] :]
+        assert new == generate_ids(text, len(new)) and len(new) >= 1
+        page.click("#back")
+        page.wait_for_function(f"window.exploreData().input.steps === {data['input']['steps'] - 1}")
+        assert page.evaluate("window.exploreData()")["ids"] == data["ids"][:-1]
+        # model view: every head
+        page.click('button[data-view="model"]')
+        assert page.locator("#view-model canvas").count() == layers * heads
+        page.click('button[data-view="matrix"]')
+        assert page.locator("#matrix-canvas").count() == 1
+        shot = mpimg.imread(io.BytesIO(page.screenshot()), format="png")
+        assert shot.std() > 0.05  # not blank
+        # Save: one file that opens offline with the same view
+        with page.expect_download() as download:
+            page.click("#save")
+        saved = tmp_path / "view.html"
+        download.value.save_as(saved)
+        watch.check((url,))
+        offline = context.new_page()
+        offline_watch = Watch(offline)
+        offline.route(
+            "**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort()
+        )
+        offline.goto(saved.as_uri())
+        wait_for(offline, text)
+        assert offline.inner_text("#title") == page.inner_text("#title")
+        assert offline.evaluate("window.exploreData().ids") == page.evaluate("window.exploreData().ids")
+        assert offline.locator("#matrix-canvas").count() == 1
+        offline_watch.check(("file:",))
+        context.close()
+
+
+def test_explore_a_trained_lm_run(lm_run: Path, tmp_path: Path):
+    pretrained = load_model(lm_run)
+
+    def generate_ids(text: str, n: int) -> list[int]:
+        prompt = pretrained.encode_prompt(text)
+        out = pretrained.model.generate(torch.tensor([prompt]), n, temperature=0.0, stop_ids=pretrained.eos_ids)
+        return out[0, len(prompt) :].tolist()
+
+    with explore_server(lm_run, tmp_path / "log") as url:
+        explore_decoder(url, tmp_path, generate_ids, layers=2, heads=2)
+
+
+def test_explore_an_imported_llama(llama: Path, tmp_path: Path):
+    pretrained = load_pretrained(llama)
+
+    def generate_ids(text: str, n: int) -> list[int]:
+        ids = pretrained.encode_prompt(text)
+        tokens = pretrained.model.generate(torch.tensor([ids]), n, temperature=0.0, stop_ids=pretrained.eos_ids)
+        assert pretrained.decode(tokens[0, len(ids) :].tolist()) == pretrained.generate(text, n)
+        return tokens[0, len(ids) :].tolist()
+
+    with explore_server(llama, tmp_path / "log") as url:
+        # bad inputs: a clear 400, and the server keeps serving
+        for body, message in (
+            ({"text": "x", "steps": -1}, "steps must be an int"),
+            ({"txt": "x"}, "unknown field"),
+            ({"text": "owl " * 400}, "context of 128 tokens"),
+            ([1, 2], "must be a JSON object"),
+        ):
+            status, answer = post(url, body)
+            assert status == 400 and message in answer["detail"], answer
+        status, answer = post(url, {"text": "The old owl", "steps": 2})
+        assert status == 200 and len(answer["ids"]) == len(pretrained.encode_prompt("The old owl")) + 2
+        explore_decoder(url, tmp_path, generate_ids, layers=2, heads=4)
