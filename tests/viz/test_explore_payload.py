@@ -215,3 +215,15 @@ def test_the_command_line_says_what_is_wrong(tmp_path: Path):
     assert result.exit_code == 0 and "--no-browser" in result.output and "--port" in result.output
     result = CliRunner().invoke(main, ["explore", str(tmp_path / "nothing"), "--no-browser"])
     assert result.exit_code == 2 and "no model at" in result.output
+
+
+def test_a_large_vocabulary_is_exact_at_temperature_one_and_close_elsewhere():
+    logits = torch.randn(4, 5000, generator=torch.Generator().manual_seed(3)) * 3
+    table = next_token_table(logits, str, k=5, exact=256)
+    for position in range(4):
+        got = table_probabilities(table, position, 1.0)
+        want = logits[position].softmax(-1)[table["ids"][position]].tolist()
+        np.testing.assert_allclose(got, want, rtol=2e-3)
+        for t in (0.5, 0.85, 1.2):  # approximate: at 2.0 this flat tail is overcounted by ~30 %
+            want = (logits[position] / t).softmax(-1)[table["ids"][position]].tolist()
+            np.testing.assert_allclose(table_probabilities(table, position, t), want, rtol=0.15)

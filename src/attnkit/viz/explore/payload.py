@@ -20,6 +20,7 @@ from torch import Tensor
 
 __all__ = [
     "ATTENTION_BUDGET",
+    "EXACT_LOGITS",
     "TEMPERATURES",
     "next_token_table",
     "pack_attention",
@@ -34,6 +35,8 @@ __all__ = [
 ATTENTION_BUDGET = 600_000
 # The temperatures the page's slider offers (0: greedy); the normaliser of each is sent per position.
 TEMPERATURES = (0.0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0)
+# The most likely logits whose normaliser is computed exactly at every temperature (see next_token_table).
+EXACT_LOGITS = 1024
 
 
 def token_label(text: str) -> str:
@@ -45,7 +48,7 @@ def _layers(maps: Sequence[Tensor]) -> Tensor:
     """``[L, H, Tq, Tk]`` float32 from per-layer ``[H, Tq, Tk]`` or ``[1, H, Tq, Tk]`` weights."""
     if len(maps) == 0:
         raise ValueError("no attention maps (the model returned no attention layer)")
-    out = []
+    out: list[Tensor] = []
     for i, m in enumerate(maps):
         m = m.detach().float().cpu()
         if m.dim() == 4 and m.shape[0] == 1:
@@ -141,21 +144,47 @@ def unpack_attention(block: dict[str, Any]) -> np.ndarray:
 
 
 def next_token_table(
-    logits: Tensor, label: Callable[[int], str], *, k: int = 10, temperatures: Sequence[float] = TEMPERATURES
+    logits: Tensor,
+    label: Callable[[int], str],
+    *,
+    k: int = 10,
+    temperatures: Sequence[float] = TEMPERATURES,
+    exact: int = EXACT_LOGITS,
 ) -> dict[str, Any]:
     """At every position of ``logits [T, V]`` the ``k`` most likely next tokens (ids, labels, logits) and,
-    per temperature of ``temperatures``, ``log Z(t) = logsumexp(logits / t)`` over the whole
-    vocabulary: the page computes ``p = exp(logit / t - log Z(t))`` (:func:`table_probabilities`)
-    exactly at each temperature its slider offers; at ``t = 0`` (greedy) the top token has 1.
-    ``label``: a token id's label."""
+    per temperature of ``temperatures``, ``log Z(t) = logsumexp(logits / t)`` over the vocabulary: the
+    page computes ``p = exp(logit / t - log Z(t))`` (:func:`table_probabilities`) at each temperature its
+    slider offers; at ``t = 0`` (greedy) the top token has 1. ``label``: a token id's label.
+
+    ``log Z`` is exact at ``t = 1`` and, for vocabularies of at most ``exact`` tokens, at every
+    temperature. A larger vocabulary (49152 for a 135M Llama) would take one pass over all logits per
+    temperature, slower than the model's own forward pass: there the ``exact`` most likely logits count
+    exactly and the rest as tokens of equal logit holding their exact total mass at ``t = 1``."""
     if logits.dim() != 2:
         raise ValueError(f"expected next-token logits [T, V], got {tuple(logits.shape)}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     logits = logits.detach().float().cpu()
-    k = min(k, logits.shape[-1])
+    vocab = logits.shape[-1]
+    k = min(k, vocab)
+    head = logits.topk(min(vocab, max(exact, k)), dim=-1).values if vocab > exact else logits
     top = logits.topk(k, dim=-1)
-    log_z = [torch.logsumexp(logits / t, dim=-1).tolist() if t > 0 else top.values[:, 0].tolist() for t in temperatures]
+    rest = None
+    if vocab > exact:  # the tail: its count and the log of its total mass at t = 1
+        log_all, log_head = torch.logsumexp(logits, dim=-1), torch.logsumexp(head, dim=-1)
+        gap = (log_head - log_all).clamp(max=-1e-7)
+        log_tail = log_all + torch.log(-torch.expm1(gap))
+        count = vocab - head.shape[-1]
+        rest = (log_tail - math.log(count), math.log(count))  # the tail's equal logit, log of its count
+    log_z = []
+    for t in temperatures:
+        if t == 0:
+            log_z.append(top.values[:, 0].tolist())
+            continue
+        z = torch.logsumexp(head / t, dim=-1)
+        if rest is not None:
+            z = torch.logaddexp(z, rest[0] / t + rest[1])
+        log_z.append(z.tolist())
     ids = top.indices.tolist()
     return {
         "temperatures": list(temperatures),

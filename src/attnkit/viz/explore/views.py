@@ -95,6 +95,8 @@ class DecoderExplorer(Explorer):
         self.label = functools.lru_cache(maxsize=65536)(self._label)
 
     def _label(self, token_id: int) -> str:
+        if token_id >= self.tokenizer.vocab_size:  # a model's padded vocabulary: ids no token has
+            return f"<{token_id}>"
         return token_label(self.tokenizer.decode([token_id], skip_special=False))
 
     def tokens(self, text: str, steps: int = 0, temperature: float = 0.0, seed: int = 0) -> tuple[list[int], int, bool]:
@@ -147,14 +149,18 @@ class EncoderExplorer(Explorer):
     def __init__(self, pretrained: Pretrained) -> None:
         super().__init__(pretrained.name, str(pretrained.source))
         model = pretrained.model
-        self.encoder: BertEncoder = model.bert if isinstance(model, BertClassifier) else model
+        if isinstance(model, BertClassifier):
+            model = model.bert
+        if not isinstance(model, BertEncoder) or pretrained.tokenizer is None:
+            raise ValueError(f"{pretrained.source}: an encoder explorer needs a BERT-family encoder with its tokenizer")
+        self.encoder: BertEncoder = model
+        self.tokenizer: Any = pretrained.tokenizer
         self.pretrained = pretrained
 
     def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
         ids, mask = self.pretrained.encode([text])
         maps = self.encoder.get_attention_maps(ids, mask)
-        tok = self.pretrained.tokenizer
-        labels = [token_label(tok.id_to_token(int(i))) for i in ids[0]]
+        labels = [token_label(self.tokenizer.id_to_token(int(i))) for i in ids[0]]
         block = pack_attention(
             [m[0] for m in maps], name="self-attention", query_labels=labels, key_labels=labels,
             key_mask=mask[0], budget=budget,
@@ -208,8 +214,8 @@ class RunExplorer(Explorer):
         """Class probabilities, and per layer x head the attention of the pooled representation over the
         tokens: the ``[CLS]`` row (cls pooling), else the mean of the rows (mean pooling)."""
         module = self.loaded.module
-        dm = self.loaded.task.build_datamodule(self.loaded.config, module.hparams["artifacts"])
-        ids, mask = dm.encode_texts([text])
+        dm: Any = self.loaded.task.build_datamodule(self.loaded.config, module.hparams["artifacts"])
+        ids, mask = dm.encode_texts([text])  # the classify task's TextClassificationDataModule
         probs = module.model(ids.to(module.device), mask.to(module.device)).softmax(-1)[0].tolist()
         cls = bool(words) and words[0] == "[CLS]"
         pooled = [(m[:, 0] if cls else m.mean(dim=1)).tolist() for m in maps]  # [L][H][T]
