@@ -52,7 +52,7 @@ def test_a_task_needs_a_name():
 
 
 def test_the_built_in_tasks_are_registered():
-    assert sorted(TASKS) == ["anomaly", "classify", "lm", "reverse", "translate"]
+    assert sorted(TASKS) == ["anomaly", "classify", "lm", "reverse", "sft", "translate"]
     with pytest.raises(ValueError, match="unknown task 'revers'; available tasks: anomaly, classify, lm, reverse"):
         get_task("revers")
 

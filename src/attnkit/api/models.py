@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.data.lm.blocks import tokenizer_of
+from attnkit.data.sft.artifacts import write_chat_files
 from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained, export_hf, load_pretrained, plain_model, save_model
 from attnkit.interop import import_model as _convert
@@ -43,6 +44,7 @@ def export(run: str | Path, out: str | Path, *, format: str = "attnkit", merge: 
     model = plain_model(loaded.module.model, merge=merge, source=run)
     artifacts = loaded.hparams.get("artifacts") or None
     save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
+    write_chat_files(artifacts, out)  # an sft run's chat template and generation config
     return Exported(str(loaded.checkpoint), Path(out))
 
 
@@ -51,11 +53,15 @@ def _export_hf(run: str | Path, out: str | Path, merge: bool) -> Exported:
         pretrained = load_pretrained(run)
         return Exported(str(run), Path(out), export_hf(pretrained.model, out, pretrained.tokenizer))
     loaded = load_run(run)
-    if loaded.task.name != "lm":
-        raise ConfigError(f"{run} is a {loaded.task.name!r} run; only lm runs export as Hugging Face checkpoints")
+    if loaded.task.name not in ("lm", "sft"):
+        raise ConfigError(
+            f"{run} is a {loaded.task.name!r} run; only lm and sft runs export as Hugging Face checkpoints"
+        )
     tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
     model = plain_model(loaded.module.model, merge=merge, source=run)
-    return Exported(str(loaded.checkpoint), Path(out), export_hf(model, out, tokenizer))
+    model_type = export_hf(model, out, tokenizer)
+    write_chat_files(loaded.hparams.get("artifacts"), out)
+    return Exported(str(loaded.checkpoint), Path(out), model_type)
 
 
 def import_model(path: str | Path, out: str | Path) -> Pretrained:

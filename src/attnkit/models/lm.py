@@ -35,6 +35,8 @@ from attnkit.nn import (
     DecoderCache,
     StackSpec,
     TransformerDecoder,
+    document_mask,
+    document_positions,
     embedding_positions,
     positions_from_padding_mask,
 )
@@ -260,9 +262,8 @@ class LanguageModel(nn.Module):
         """An empty key/value cache for incremental decoding (:meth:`forward` with ``cache=``)."""
         return self.decoder.new_cache()
 
-    def _hidden(
-        self, ids: Tensor, key_padding_mask: Tensor | None, cache: DecoderCache | None, need_weights: bool
-    ) -> tuple[Tensor, list[Tensor]]:
+    def _hidden(self, ids: Tensor, key_padding_mask: Tensor | None, cache: DecoderCache | None, need_weights: bool,
+                document_ids: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:  # fmt: skip
         if ids.dim() != 2:
             raise ValueError(f"expected token ids [batch, seq], got shape {tuple(ids.shape)}")
         if ids.shape[1] == 0:
@@ -284,28 +285,34 @@ class LanguageModel(nn.Module):
                     f"token), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
                 )
             positions = positions_from_padding_mask(key_padding_mask)[:, offset:]
+        mask = None
+        if document_ids is not None:  # packed rows: attention and positions kept inside each document
+            if cache is not None or key_padding_mask is not None or document_ids.shape != ids.shape:
+                raise ValueError(f"document_ids must be [B, T]={list(ids.shape)}, without cache or key_padding_mask")
+            mask, positions = document_mask(document_ids), document_positions(document_ids)
         h = self.token_embedding(ids)
         if self.positional is not None:
             h = self.positional.add(h, offset, positions)
         h = self.dropout(h)
         kwargs: dict[str, Any] = dict(
-            tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions
+            tgt_mask=mask, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions
         )
         if need_weights:
             h, maps, _ = self.decoder.forward_with_attention(h, **kwargs)
             return h, maps
         return self.decoder(h, **kwargs), []
 
-    def forward(
-        self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None
-    ) -> Tensor:
+    def forward(self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None,
+                document_ids: Tensor | None = None) -> Tensor:  # fmt: skip
         """``ids [B, T]`` -> next-token logits ``[B, T, V]``.
 
         With ``cache`` (from :meth:`new_cache`), ``ids`` are only the new positions: they are
         placed after the ``cache.length`` cached ones (positions offset accordingly) and their
-        keys/values are appended to the cache.
+        keys/values are appended to the cache. ``document_ids [B, T]`` (packed rows of several
+        documents, :func:`attnkit.nn.document_mask`): each token attends only to its own document
+        (True = may attend, with the causal mask) and positions restart at each document's start.
         """
-        h, _ = self._hidden(ids, key_padding_mask, cache, need_weights=False)
+        h, _ = self._hidden(ids, key_padding_mask, cache, False, document_ids)
         return self.lm_head(h)
 
     def forward_with_attention(

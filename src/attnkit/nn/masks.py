@@ -19,6 +19,8 @@ __all__ = [
     "causal_mask",
     "check_bool_mask",
     "combine_masks",
+    "document_mask",
+    "document_positions",
     "expand_attention_mask",
     "finalize_mask",
     "masked_fill_value",
@@ -90,6 +92,27 @@ def positions_from_padding_mask(padding_mask: Tensor) -> Tensor:
     the number of real tokens before it in its row (left padding: the row's positions are those of the
     unpadded row; padding gets position 0)."""
     return (padding_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def document_mask(document_ids: Tensor) -> Tensor:
+    """Block-diagonal mask ``[B, T, T]`` of packed rows, True = may attend: a token attends only to tokens
+    of its own document. ``document_ids [B, T]`` number each row's documents (equal ids are one document;
+    each document's tokens are contiguous). Combine with the causal mask for a decoder."""
+    if document_ids.dim() != 2:
+        raise ValueError(f"document_ids must be [B, T], got shape {tuple(document_ids.shape)}")
+    return document_ids[:, :, None] == document_ids[:, None, :]
+
+
+def document_positions(document_ids: Tensor) -> Tensor:
+    """Position ids ``[B, T]`` restarting at 0 where each document of a packed row starts (``document_ids
+    [B, T]`` as :func:`document_mask`)."""
+    if document_ids.dim() != 2:
+        raise ValueError(f"document_ids must be [B, T], got shape {tuple(document_ids.shape)}")
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values
+    return index - first
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.data.lm.blocks import tokenizer_of
+from attnkit.data.sft.artifacts import chat_of
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.tasks.registry import TASKS, build_config, get_task, register_task
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
 from attnkit.training.task import LoadedRun, ModelSpec, Task, TaskConfig
 
 # The built-in tasks (each registers itself on import).
-from attnkit.tasks import anomaly, classify, lm, reverse, translate  # noqa: F401  isort: skip
+from attnkit.tasks import anomaly, classify, lm, reverse, sft, translate  # noqa: F401  isort: skip
 
 
 def load_run(path: str | Path) -> LoadedRun:
@@ -42,7 +43,10 @@ def load_model(path: str | Path) -> Pretrained:
     artifacts = loaded.hparams.get("artifacts") or {}
     tokenizer = tokenizer_of(artifacts) if "tokenizer" in artifacts else None
     model = plain_model(loaded.module.model, merge=True, source=path).eval()
-    return Pretrained(model, loaded.hparams["model"]["name"], tokenizer, folder, dict(loaded.hparams))
+    template, generation = chat_of(artifacts)  # an sft run's chat template (other runs: the default one)
+    return Pretrained(
+        model, loaded.hparams["model"]["name"], tokenizer, folder, dict(loaded.hparams), template, generation
+    )
 
 
 def evaluate(path: str | Path, trainer: dict[str, Any] | None = None) -> dict[str, float]:

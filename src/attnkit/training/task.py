@@ -160,6 +160,11 @@ class Task(Generic[C]):
             "(see ReverseTask.attention_examples in attnkit/tasks/reverse.py)"
         )
 
+    def report_sections(self, run: LoadedRun) -> list[tuple[str, str, str]]:
+        """The task's own sections of the run report (``attnkit report``), each ``(id, title, html)``: e.g.
+        the sft task's replies before and after training. None by default."""
+        return []
+
 
 @dataclass
 class AttentionExample:

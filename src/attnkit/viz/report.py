@@ -93,6 +93,14 @@ def _attention_html(run: Any, num_examples: int) -> str:
     return "".join(parts)
 
 
+def _task_sections(run: Any) -> list[ReportSection]:
+    """The task's own sections (:meth:`~attnkit.training.task.Task.report_sections`), or a note saying why not."""
+    try:
+        return [ReportSection(*section) for section in run.task.report_sections(run)]
+    except Exception as err:  # one broken section must not cost the report
+        return [ReportSection("task", f"{run.task.name} task", _note(f"not available: {type(err).__name__}: {err}"))]
+
+
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
        padding: 0 1em; color: #222; }
@@ -146,6 +154,7 @@ def render_report(run: str | Path | Any, *, num_examples: int = 3, sections: Seq
             f"Attention maps of {num_examples} validation examples",
             _guarded(lambda: _attention_html(loaded, num_examples), "attention maps"),
         ),
+        *_task_sections(loaded),
         *sections,
     ]
     title = f"attnkit run report: {loaded.task.name} — {run_dir.name}"

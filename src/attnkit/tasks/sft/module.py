@@ -1,0 +1,50 @@
+"""The sft task's LightningModule: next-token loss and accuracy over the assistant's tokens only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import Metric
+
+from attnkit.data.lm.blocks import IGNORE_INDEX
+from attnkit.training.module import ClassifierModule
+
+__all__ = ["SFTModule", "token_losses"]
+
+
+def token_losses(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+    """``(losses [B, T], counted [B, T])`` of a batch ``(inputs, targets, document_ids)``: each position's
+    cross-entropy (0 where the target is ``IGNORE_INDEX``) and whether it counts. A packed batch gives every
+    conversation the losses it has alone (block-diagonal attention, positions restarting)."""
+    inputs, targets, documents = batch
+    logits = model(inputs, document_ids=documents)
+    losses = F.cross_entropy(logits.float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none")
+    return losses, targets != IGNORE_INDEX
+
+
+class SFTModule(ClassifierModule):
+    """Cross-entropy of the targets the data counts (the assistant's tokens, each turn's end-of-turn token
+    included; every token with ``data.train_on_prompt``), averaged over those tokens of the batch; logs
+    ``loss`` and ``acc`` (next-token accuracy on them) per split, the validation and test figures weighted
+    by tokens (the split's mean per assistant token)."""
+
+    def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+        inputs, targets, documents = batch
+        logits = self.model(inputs, document_ids=documents)
+        keep = targets != IGNORE_INDEX
+        logits, targets = logits[keep], targets[keep]
+        return F.cross_entropy(logits.float(), targets), logits, targets
+
+    def _evaluate(self, batch: Any, stage: str) -> Tensor:
+        loss, logits, target = self.step(batch)
+        count = max(int(target.numel()), 1)
+        self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=count)
+        metrics = self.stage_metrics[stage]
+        assert isinstance(metrics, nn.ModuleDict)
+        for name, metric in metrics.items():
+            assert isinstance(metric, Metric)
+            metric.update(logits.detach(), target)
+            self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=True)
+        return loss
