@@ -95,9 +95,15 @@ def test_killed_tune_process_resumes_without_lost_or_repeated_trials(tmp_path: P
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_two_machines_share_one_postgresql_study_and_survive_a_kill(tmp_path: Path, postgres_server):
-    """Two separate `attnkit tune` commands (two "machines": own output folders and sampler seeds) start
-    at the same moment on an empty PostgreSQL database; one is killed mid-trial. The other finishes the
-    study: exactly N trials, the killed trial re-run once, nothing finished lost, nothing trained twice."""
+    """Two separate `attnkit tune` commands (two "machines": own output folders and sampler seeds) share
+    one study on a PostgreSQL server. Machine b creates it on an empty database and runs trials; it is
+    frozen (SIGSTOP) mid-way through a trial, after finishing one; machine a joins the study while b's
+    trial is still marked running, and b is then killed. Machine a finishes the study: exactly N trials,
+    the killed trial re-run once, nothing finished lost, nothing trained twice.
+
+    b has the study to itself until it is caught, so a cannot finish the study first; freezing b holds
+    the caught state still while a starts (a race of both creating the storage at one moment is made
+    to happen, and asserted, in test_storage.py's barrier test)."""
     url = postgres_server.create_database()  # postgresql://: attnkit picks the installed driver (psycopg 3)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE_YAML)
@@ -110,18 +116,25 @@ def test_two_machines_share_one_postgresql_study_and_survive_a_kill(tmp_path: Pa
             *TINY_ARGS, "trainer.max_epochs=3",
         )  # fmt: skip
 
-    # Both create the storage if it is missing; started one after the other, they need not collide (the
-    # race and its retry are made to happen, and asserted, in test_storage.py's barrier test).
-    a, b = machine("a", 1), machine("b", 2)
-    for proc in (a, b):
-        proc.wait_for_line(r"^study shared: ", timeout=600)
-    killed_number = wait_until(lambda: mid_trial(load(url, "shared"), b.proc.pid), 600, "b ran a trial mid-way", b)
-    b.kill()
-    before = {t.number: (t.value, t.params) for t in load(url, "shared").trials if t.state == TrialState.COMPLETE}
-    assert any(t.user_attrs["worker"].endswith(f":{b.proc.pid}") for t in load(url, "shared").trials
-               if t.number in before)  # fmt: skip
+    b, a = machine("b", 2), None
+    try:
+        b.wait_for_line(r"^study shared: ", timeout=600)
+        killed_number = wait_until(lambda: b.frozen_if(lambda: mid_trial(load(url, "shared"), b.proc.pid)), 600,
+                                   "b ran a trial mid-way", b)  # fmt: skip
+        a = machine("a", 1)
+        try:
+            a.wait_for_line(r"^study shared: ", timeout=600)  # a has joined the study b is running
+        finally:
+            b.kill()
+        before = {t.number: (t.value, t.params) for t in load(url, "shared").trials if t.state == TrialState.COMPLETE}
+        assert any(t.user_attrs["worker"].endswith(f":{b.proc.pid}") for t in load(url, "shared").trials
+                   if t.number in before)  # fmt: skip
 
-    out = a.finish(timeout=900)
+        out = a.finish(timeout=900)
+    finally:
+        for proc in (b, a):
+            if proc is not None:
+                proc.kill()
     study = load(url, "shared")
     check_killed_trial_was_rerun(study, killed_number, before, n)
     assert f"study shared: {n} trials" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -100,6 +101,22 @@ class TuneProcess:
             if re.search(pattern, line):
                 return line
         raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{self.output}")
+
+    def frozen_if(self, check: Callable[[], T | None]) -> T | None:
+        """Freeze the process (SIGSTOP), then ``check()``: if it found something, the process stays frozen
+        in the state it saw (until :meth:`kill`); otherwise the process goes on (SIGCONT) and None is
+        returned. The state is read while nothing can change it, so a poll cannot race the process."""
+        if self.proc.poll() is not None:
+            return None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            result = check()
+        except BaseException:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            raise
+        if result is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        return result
 
     def kill(self) -> None:
         self.proc.kill()
