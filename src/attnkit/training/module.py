@@ -67,7 +67,10 @@ class TaskModule(L.LightningModule):
         """Lightning's hook, before the optimiser is made: shard the model for ``trainer.strategy=fsdp``
         (:mod:`attnkit.training.sharding`; once, also when fit, validate and test each call it)."""
         if self.sharding is not None and not is_sharded(self.model):
-            shard_model(self.model, self.device_mesh["data_parallel"], self.sharding)
+            mesh = self.device_mesh  # ModelParallelStrategy's (sharding.strategy_for)
+            if mesh is None:
+                raise RuntimeError("trainer.strategy=fsdp: the Trainer's strategy made no device mesh to shard over")
+            shard_model(self.model, mesh["data_parallel"], self.sharding)
 
     def metrics(self) -> dict[str, Metric]:
         """The validation and test metrics, logged as ``<stage>/<name>`` per epoch; each gets
