@@ -52,8 +52,8 @@ from check_site import CHROMIUM_ARGS, find_chromium  # the docs check's browser 
 
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel, LanguageModelConfig
-from attnkit.viz.explore import DecoderExplorer
-from attnkit.viz.explore.app import create_explore_app
+from attnkit.viz.explorer import DecoderExplorer
+from attnkit.viz.explorer.app import create_explore_app
 from encoder_block import loadavg
 
 MB = 1_000_000

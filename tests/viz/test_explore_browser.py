@@ -23,7 +23,7 @@ from matplotlib import image as mpimg
 import attnkit
 from attnkit.interop import load_pretrained
 from attnkit.tasks import load_model
-from attnkit.viz.explore.payload import table_probabilities
+from attnkit.viz.explorer.payload import table_probabilities
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chat_models import build_chat_model

@@ -12,8 +12,8 @@ import torch
 
 from attnkit.interop import Pretrained, load_pretrained
 from attnkit.models import LanguageModel, LanguageModelConfig
-from attnkit.viz.explore import DecoderExplorer, EncoderExplorer, RunExplorer, load_explorer
-from attnkit.viz.explore.payload import (
+from attnkit.viz.explorer import DecoderExplorer, EncoderExplorer, RunExplorer, load_explorer
+from attnkit.viz.explorer.payload import (
     TEMPERATURES,
     next_token_table,
     pack_attention,
@@ -227,3 +227,18 @@ def test_a_large_vocabulary_is_exact_at_temperature_one_and_close_elsewhere():
         for t in (0.5, 0.85, 1.2):  # approximate: at 2.0 this flat tail is overcounted by ~30 %
             want = (logits[position] / t).softmax(-1)[table["ids"][position]].tolist()
             np.testing.assert_allclose(table_probabilities(table, position, t), want, rtol=0.15)
+
+
+def test_submodules_do_not_shadow_the_public_functions():
+    """``attnkit.viz.explore`` and ``attnkit.api.explore`` are functions, whatever has been imported before."""
+    import importlib
+
+    import attnkit.api
+    import attnkit.viz
+    import attnkit.viz.explorer.views as views
+
+    for name in ("attnkit.viz.explorer.page", "attnkit.viz.explorer.app", "attnkit.api.exploring"):
+        importlib.import_module(name)
+    assert views.load_explorer is load_explorer
+    assert callable(attnkit.viz.explore) and attnkit.viz.explore.__module__ == "attnkit.viz.explorer.page"
+    assert callable(attnkit.api.explore) and attnkit.api.explore.__module__ == "attnkit.api.exploring"

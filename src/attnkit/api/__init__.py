@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from attnkit.api.catalog import list_tasks
     from attnkit.api.chat import ChatSession, Reply
     from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
-    from attnkit.api.explore import explore
+    from attnkit.api.exploring import explore
     from attnkit.api.generation import generate, read_lines, translate
     from attnkit.api.models import Exported, export, import_model, load_model
     from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
@@ -69,7 +69,7 @@ HOMES = {
     "load_model": "attnkit.api.models",
     "list_tasks": "attnkit.api.catalog",
     "serve": "attnkit.api.serving",
-    "explore": "attnkit.api.explore",
+    "explore": "attnkit.api.exploring",
     "ChatSession": "attnkit.api.chat",
     "Reply": "attnkit.api.chat",
     "evaluate_harness": "attnkit.api.evaluation",

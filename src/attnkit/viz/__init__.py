@@ -11,7 +11,7 @@ from attnkit.viz.attention import (
     plot_set_probabilities,
 )
 from attnkit.viz.curves import plot_training_curves, read_metrics
-from attnkit.viz.explore.page import explore  # the function: attnkit.viz.explore(model, text)
+from attnkit.viz.explorer.page import explore  # the function: attnkit.viz.explore(model, text)
 from attnkit.viz.figure import Figure
 from attnkit.viz.positional import plot_positional_encoding
 from attnkit.viz.report import ReportSection, figure_data_uri, render_report, write_report

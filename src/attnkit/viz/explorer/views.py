@@ -1,5 +1,5 @@
-"""The explorer's views of one input, per kind of model: what :mod:`attnkit.viz.explore.app` serves
-and :func:`attnkit.viz.explore.explore` embeds.
+"""The explorer's views of one input, per kind of model: what :mod:`attnkit.viz.explorer.app` serves
+and :func:`attnkit.viz.explore` embeds.
 
 :func:`load_explorer` turns any run, attnkit model folder or Hugging Face folder (or a loaded
 :class:`~attnkit.interop.Pretrained` / :class:`~attnkit.tasks.LoadedRun`) into an :class:`Explorer`,
@@ -20,7 +20,7 @@ from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.models import BertClassifier, BertEncoder, LanguageModel
 from attnkit.tasks import LoadedRun, load_run
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
-from attnkit.viz.explore.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
+from attnkit.viz.explorer.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
 
 __all__ = ["DecoderExplorer", "EncoderExplorer", "Explorer", "RunExplorer", "load_explorer"]
 

@@ -15,8 +15,8 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
-from attnkit.viz.explore.page import ASSETS, asset
-from attnkit.viz.explore.views import Explorer
+from attnkit.viz.explorer.page import ASSETS, asset
+from attnkit.viz.explorer.views import Explorer
 
 __all__ = ["create_explore_app"]
 

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from attnkit.viz.explore.views import load_explorer
+from attnkit.viz.explorer.views import load_explorer
 
 __all__ = ["ASSETS", "ExploreView", "asset", "explore", "standalone_html"]
 
@@ -20,7 +20,7 @@ def asset(name: str) -> str:
     """The text of the page's file ``name`` (one of :data:`ASSETS`)."""
     if name not in ASSETS:
         raise ValueError(f"no explorer file {name!r}; there are {ASSETS}")
-    return resources.files("attnkit.viz.explore").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("attnkit.viz.explorer").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def _cut(page: str, name: str, inner: str) -> str:
@@ -82,7 +82,7 @@ def explore(
 
     ``model``: a run folder or checkpoint, an attnkit or Hugging Face model folder, a loaded
     :class:`~attnkit.interop.Pretrained` or :class:`~attnkit.tasks.LoadedRun`, or an explorer of
-    :func:`~attnkit.viz.explore.load_explorer` (loads once for many calls). ``layer`` / ``head``
+    :func:`~attnkit.viz.explorer.load_explorer` (loads once for many calls). ``layer`` / ``head``
     (from 0) and ``view`` (``"head"``, ``"matrix"`` or ``"model"``) choose what shows first; a
     decoder generates ``steps`` tokens after ``text`` (greedy at ``temperature=0``, else sampled with
     ``seed``). ``height``: of the frame, in pixels."""

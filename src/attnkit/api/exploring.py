@@ -21,7 +21,7 @@ def explore(
     """Serve the attention explorer of ``run`` (any run folder or checkpoint, attnkit model folder or Hugging Face
     folder that attnkit loads) until interrupted: a page where you type an input and see every layer's
     and head's attention (head view, matrix, model view), a decoder's next-token distribution with a
-    temperature slider, and its generation step by step (:mod:`attnkit.viz.explore`). Everything the page
+    temperature slider, and its generation step by step (:mod:`attnkit.viz.explorer`). Everything the page
     uses is served from the package: it works offline.
 
     ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one). ``on_ready`` receives the
@@ -29,10 +29,10 @@ def explore(
     try:
         import uvicorn
 
-        from attnkit.viz.explore.app import create_explore_app
+        from attnkit.viz.explorer.app import create_explore_app
     except ImportError as err:
         raise ImportError(f"{err}: attnkit explore needs FastAPI and uvicorn: pip install 'attnkit[serve]'") from None
-    from attnkit.viz.explore import load_explorer
+    from attnkit.viz.explorer import load_explorer
 
     app = create_explore_app(load_explorer(run))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
