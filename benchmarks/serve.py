@@ -19,10 +19,13 @@ client submits its next request when the previous one finished, a closed loop):
 * **sequential**: the same engine, one request at a time (1 client).
 * **c clients**: up to c requests decoded together; requests join the running batch at the next step.
 
-Reported per row: generated tokens/s (all tokens / wall time), time to first token (submit -> first
-event) p50 and p95, the peak rows decoded together, and the throughput ratio to sequential. Every
-request's generated ids must be identical to the sequential run's (the script exits with status 1
-otherwise). The goal: >= 4x sequential throughput at 8 clients.
+``--rounds`` (6) paired rounds: each round serves the requests sequentially, then from every client
+count, so a ratio compares runs taken moments apart. Reported per row: the median over rounds of
+generated tokens/s (all tokens / wall time), time to first token (submit -> first event) p50 and p95
+over all rounds, the peak rows decoded together, the median per-round throughput ratio to
+sequential, and in how many rounds the ratio reached the goal. Every request's generated ids must be
+identical to the first sequential run's (the script exits with status 1 otherwise). The goal: a
+median >= 4x sequential throughput at 8 clients.
 
 Before starting, the script checks that the machine is quiet (1-minute load average and the spread
 of a short calibration loop) and prints a ``WARNING`` if it is not; the load is printed again at the
@@ -146,12 +149,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--quick", action="store_true", help="tiny model, 8 requests of 8 tokens: a smoke test")
+    p.add_argument("--rounds", type=int, default=6, help="paired rounds (each runs every client count once)")
+    p.add_argument("--quick", action="store_true", help="tiny model, 8 requests of 8 tokens, 2 rounds: a smoke test")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     if args.quick:
         args.requests, args.new_tokens, args.layers, args.d_model, args.heads, args.kv_heads = 8, 8, 2, 64, 4, 2
-        args.vocab = 300
+        args.vocab, args.rounds = 300, 2
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    args.clients = sorted({1, *args.clients})  # sequential is the reference of every ratio
     return args
 
 
@@ -171,43 +178,57 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {args.layers} layers, d={args.d_model}, {args.heads}/{args.kv_heads} heads, "
           f"vocab {tokenizer.vocab_size}, {n_params / 1e6:.1f}M parameters; {len(reqs)} requests x "
           f"{args.new_tokens} new tokens, prompts 8..64 tokens")  # fmt: skip
-    rows: list[dict[str, Any]] = []
+    rounds: list[dict[int, dict[str, Any]]] = []
     with Engine(model, tokenizer, stop_ids=[], max_batch=max(args.clients)) as engine:
         serve(engine, reqs[:2], 1, 4)  # warm-up
-        sequential = serve(engine, reqs, 1, args.new_tokens)
-        for clients in args.clients:
-            run = sequential if clients == 1 else serve(engine, reqs, clients, args.new_tokens)
-            tokens = sum(map(len, run["ids"]))
-            rows.append(
-                {
-                    "clients": clients,
-                    "tokens_per_s": tokens / run["wall"],
-                    "ttft_p50_s": statistics.median(run["ttft"]),
-                    "ttft_p95_s": percentile(run["ttft"], 0.95),
-                    "peak_rows": run["peak_rows"],
-                    "ratio": sequential["wall"] / run["wall"],
-                    "identical": run["ids"] == sequential["ids"],
-                    "tokens": tokens,
-                }
-            )
-    print()
-    print("| clients | tokens/s | TTFT p50 (s) | TTFT p95 (s) | peak rows | x sequential | tokens = sequential |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        for _ in range(args.rounds):  # paired: every setting once per round, sequential first
+            sequential = serve(engine, reqs, 1, args.new_tokens)
+            rounds.append({c: sequential if c == 1 else serve(engine, reqs, c, args.new_tokens) for c in args.clients})
+    reference = rounds[0][1]["ids"]
+    rows: list[dict[str, Any]] = []
+    for clients in args.clients:
+        runs = [r[clients] for r in rounds]
+        tokens = sum(map(len, runs[0]["ids"]))
+        ratios = [r[1]["wall"] / r[clients]["wall"] for r in rounds]
+        ttft = [t for run in runs for t in run["ttft"]]
+        rows.append(
+            {
+                "clients": clients,
+                "tokens_per_s": statistics.median(tokens / run["wall"] for run in runs),
+                "ttft_p50_s": statistics.median(ttft),
+                "ttft_p95_s": percentile(ttft, 0.95),
+                "peak_rows": max(run["peak_rows"] for run in runs),
+                "ratio": statistics.median(ratios),
+                "ratios": ratios,
+                "wins": sum(x >= GOAL_RATIO for x in ratios),
+                "identical": all(run["ids"] == reference for run in runs),
+                "tokens": tokens,
+            }
+        )
+    print(f"\n{args.rounds} paired rounds (each: sequential, then every client count); medians over rounds\n")
+    head = ["clients", "tokens/s", "TTFT p50 (s)", "TTFT p95 (s)", "peak rows", "x sequential", "rounds >= goal"]
+    print("| " + " | ".join([*head, "tokens = sequential"]) + " |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         print(f"| {r['clients']} | {r['tokens_per_s']:,.1f} | {r['ttft_p50_s']:.3f} | {r['ttft_p95_s']:.3f} | "
-              f"{r['peak_rows']} | {r['ratio']:.2f} | {'yes' if r['identical'] else 'NO'} |")  # fmt: skip
+              f"{r['peak_rows']} | {r['ratio']:.2f} | {r['wins']}/{args.rounds} | "
+              f"{'yes' if r['identical'] else 'NO'} |")  # fmt: skip
     goal = next((r for r in rows if r["clients"] == GOAL_CLIENTS), None)
     passed = goal is not None and goal["ratio"] >= GOAL_RATIO
     if goal is not None:
-        print(f"\ngoal: >= {GOAL_RATIO}x sequential throughput at {GOAL_CLIENTS} clients: "
-              f"{goal['ratio']:.2f}x | {'PASS' if passed else 'FAIL'} |")  # fmt: skip
+        per_round = ", ".join(f"{x:.2f}" for x in goal["ratios"])
+        verdict = "PASS" if passed else "FAIL"
+        print(f"\ngoal: >= {GOAL_RATIO}x sequential throughput at {GOAL_CLIENTS} clients (median of {args.rounds} "
+              f"paired rounds): {goal['ratio']:.2f}x; per round {per_round}; "
+              f"{goal['wins']} of {args.rounds} rounds >= {GOAL_RATIO}x | {verdict} |")  # fmt: skip
     load_end = loadavg()
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     identical = all(r["identical"] for r in rows)
     print(f"goals pass: {passed}; tokens identical to sequential: {identical}")
     if args.json is not None:
         meta = {"quick": args.quick, "threads": args.threads, "load_start": load_start, "load_end": load_end,
-                "calibration_spread": spread, "requests": len(reqs), "new_tokens": args.new_tokens}  # fmt: skip
+                "calibration_spread": spread, "requests": len(reqs), "new_tokens": args.new_tokens,
+                "rounds": args.rounds}  # fmt: skip
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     if not identical:
         print("ERROR: a batched request's tokens differ from the same request served alone", file=sys.stderr)

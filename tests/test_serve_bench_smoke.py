@@ -28,7 +28,7 @@ def test_quick_run_prints_every_row_and_the_goal(quick_run: tuple[subprocess.Com
     assert set(rows) == {"1", "8", "32"}
     for row in rows.values():
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert float(cells[1].replace(",", "")) > 0 and cells[6] == "yes"
+        assert float(cells[1].replace(",", "")) > 0 and cells[7] == "yes"
     assert int(rows["8"].strip("|").split("|")[4]) > 1  # requests were decoded together
     assert any(line.rstrip().endswith(("| PASS |", "| FAIL |")) for line in lines)
     assert "load average at start" in proc.stdout and "goals pass" in proc.stdout

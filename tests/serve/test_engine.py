@@ -171,3 +171,31 @@ def test_bad_arguments_are_refused(pretrained: Any) -> None:
         eng.check([1, 2], SamplingParams(n=3))
     with pytest.raises(ValueError, match="no tokens"):
         eng.check([], SamplingParams())
+
+
+def test_requests_waiting_together_are_prefilled_in_one_pass_and_get_their_alone_tokens(pretrained: Any) -> None:
+    """Requests queued before a step are prefilled as one left-padded batch (one forward pass over all
+    prompts); each still gets the tokens it gets alone, a seeded request of n=2 included."""
+    seeded = SamplingParams(max_tokens=20, temperature=1.0, top_p=0.9, seed=3, n=2)
+    with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=pretrained.eos_ids) as alone_engine:
+        alone = [run(alone_engine, pretrained.encode_prompt(text), GREEDY).texts for text in PROMPTS]
+        alone_seeded = run(alone_engine, pretrained.encode_prompt("It was late."), seeded).texts
+    prefills: list[tuple[int, int]] = []
+    hook = pretrained.model.register_forward_hook(
+        lambda module, args, output: prefills.append(tuple(args[0].shape)) if args[0].shape[1] > 1 else None
+    )
+    try:
+        engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=pretrained.eos_ids)
+        sinks = [Collector() for _ in PROMPTS]
+        for text, sink in zip(PROMPTS, sinks):
+            engine.submit(pretrained.encode_prompt(text), GREEDY, sink)
+        sampled = Collector()
+        engine.submit(pretrained.encode_prompt("It was late."), seeded, sampled)
+        with engine:  # started only now: all five requests are waiting together
+            assert [sink.wait().texts for sink in sinks] == alone
+            assert sampled.wait(2).texts == alone_seeded
+    finally:
+        hook.remove()
+    longest = max(len(pretrained.encode_prompt(text)) for text in PROMPTS)
+    assert prefills == [(5, longest)]
+    assert engine.stats()["peak_rows"] == 6

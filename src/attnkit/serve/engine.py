@@ -241,50 +241,75 @@ class Engine:
             _send(request, Failed("the server is shutting down"))
 
     def _admit(self) -> None:
-        """Prefill the waiting requests that fit ``max_batch`` and merge them into the batch."""
+        """Prefill, together, the waiting requests that fit ``max_batch`` and merge them into the batch."""
         self._drop(lambda row: row.request.cancelled)
         while True:
+            admitted: list[Request] = []
             with self._wake:
-                while self._waiting and self._waiting[0].cancelled:
+                rows = len(self._rows)
+                while self._waiting:
+                    request = self._waiting[0]
+                    if not request.cancelled and rows + request.params.n > self.max_batch:
+                        break  # in order: the next request waits for room
                     self._waiting.popleft()
-                if not self._waiting or len(self._rows) + self._waiting[0].params.n > self.max_batch:
-                    return
-                request = self._waiting.popleft()
+                    if not request.cancelled:
+                        admitted.append(request)
+                        rows += request.params.n
+            if not admitted:
+                return
             try:
-                self._prefill(request)
+                self._prefill(admitted)
             except Exception as err:
                 log.exception("prefill failed")
-                _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
+                for request in admitted:
+                    _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
             self._drop(lambda row: row.done or row.request.cancelled)
 
-    def _prefill(self, request: Request) -> None:
-        params, prompt = request.params, request.prompt
+    def _prefill(self, requests: list[Request]) -> None:
+        """One forward pass over the prompts of ``requests``, left-padded to the longest (positions count
+        each row's own tokens; a request alone passes no mask), then each request's first tokens."""
+        width = max(len(r.prompt) for r in requests)
+        ids = torch.zeros(len(requests), width, dtype=torch.long, device=self._device)
+        mask = torch.zeros(len(requests), width, dtype=torch.bool, device=self._device)  # True = real token
+        for i, request in enumerate(requests):
+            ids[i, width - len(request.prompt) :] = torch.tensor(request.prompt, dtype=torch.long)
+            mask[i, width - len(request.prompt) :] = True
         cache = self.model.new_cache()
-        ids = torch.tensor([prompt], dtype=torch.long, device=self._device)
-        logits = self.model(ids, cache=cache)[:, -1]
-        n = params.n
-        if n > 1:
-            cache.reorder(torch.zeros(n, dtype=torch.long, device=self._device))
-            logits = logits.expand(n, -1)
-        room = self.context - len(prompt)
-        limit = room if params.max_tokens is None else min(params.max_tokens, room)
-        rows = [
-            _Row(request, i, limit, len(prompt), StreamDecoder(self.tokenizer), StopText(params.stop)) for i in range(n)
-        ]
-        request.generator = torch.Generator(device=self._device)
-        request.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
-        tokens = self._sample(logits, params, request.generator)
-        mask = torch.ones(n, len(prompt), dtype=torch.bool, device=self._device)
+        padded = any(len(r.prompt) < width for r in requests)
+        logits = self.model(ids, mask if padded else None, cache=cache)[:, -1]
+        counts = [r.params.n for r in requests]
+        if any(n > 1 for n in counts):  # a request of n choices takes n rows, from the same prefill
+            index = torch.repeat_interleave(
+                torch.arange(len(requests), device=self._device), torch.tensor(counts, device=self._device)
+            )
+            cache.reorder(index)
+            logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+        rows: list[_Row] = []
+        tokens: list[Tensor] = []
+        start = 0
+        for request, n in zip(requests, counts):
+            params = request.params
+            room = self.context - len(request.prompt)
+            limit = room if params.max_tokens is None else min(params.max_tokens, room)
+            rows += [
+                _Row(request, i, limit, len(request.prompt), StreamDecoder(self.tokenizer), StopText(params.stop))
+                for i in range(n)
+            ]
+            request.generator = torch.Generator(device=self._device)
+            request.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
+            tokens.append(self._sample(logits[start : start + n], params, request.generator))
+            start += n
+        first = torch.cat(tokens)
         if self._cache is None:
-            self._cache, self._mask, self._pending = cache, mask, tokens
+            self._cache, self._mask, self._pending = cache, mask, first
         else:
             self._cache.merge(cache)
             width = max(self._mask.shape[1], mask.shape[1])
             self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
-            self._pending = torch.cat([self._pending, tokens])
+            self._pending = torch.cat([self._pending, first])
         self._rows.extend(rows)
         self.peak_rows = max(self.peak_rows, len(self._rows))
-        for row, token in zip(rows, tokens.tolist()):
+        for row, token in zip(rows, first.tolist()):
             self._accept(row, token)
 
     def _step(self) -> None:
