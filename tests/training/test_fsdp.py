@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from cli_helpers import run_cli
-from test_preemption import DDP_ARGS, DDP_PER_EPOCH, DDP_STOP, _assert_equal, _assert_stopped_mid_epoch, _weights
+from test_preemption import DDP_ARGS, DDP_PER_EPOCH, DDP_STOP
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
@@ -49,6 +49,26 @@ def _assert_sharded(records: list[dict], units: list[str]) -> None:
         assert r["dtensors"] and r["units"] == units, r
         assert r["local_numel"] < 0.6 * r["numel"]
     assert sum(r["local_numel"] for r in records) == records[0]["numel"]  # disjoint shards of the whole
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint_file(run / "checkpoints" / "last.ckpt")["state_dict"]
+
+
+def _assert_equal(actual: Any, saved: Any, where: str) -> None:
+    """``actual`` equals ``saved`` exactly, nested dicts, lists and tensors included."""
+    if isinstance(saved, torch.Tensor):
+        assert isinstance(actual, torch.Tensor) and torch.equal(actual, saved), where
+    elif isinstance(saved, dict):
+        assert isinstance(actual, dict) and actual.keys() == saved.keys(), where
+        for key in saved:
+            _assert_equal(actual[key], saved[key], f"{where}[{key!r}]")
+    elif isinstance(saved, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(saved), where
+        for i, (a, b) in enumerate(zip(actual, saved)):
+            _assert_equal(a, b, f"{where}[{i}]")
+    else:
+        assert actual == saved, f"{where}: {actual!r} != {saved!r}"
 
 
 def _local_shards(actual: Any, saved: Any, rank: int) -> tuple[Any, Any]:
@@ -131,7 +151,11 @@ def test_fsdp_run_stopped_by_sigterm_resumes_where_it_stopped(tmp_path: Path):
     assert proc.returncode == 143 and [r["code"] for r in stopped] == [143, 143], f"{stopped}\n{out}\n{err}"
     _assert_sharded(stopped, ["", "encoder.layers.0", "encoder.layers.1"])
     saved = load_checkpoint_file(cut / "checkpoints" / "last.ckpt")
-    _assert_stopped_mid_epoch(saved, DDP_STOP, DDP_PER_EPOCH)
+    assert saved["global_step"] == DDP_STOP  # mid-epoch, as test_preemption's DDP run
+    batches = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"]
+    assert (saved["epoch"], batches) == (DDP_STOP // DDP_PER_EPOCH, DDP_STOP % DDP_PER_EPOCH) and batches > 0
+    adam = saved["optimizer_states"][0]["state"]
+    assert adam and all(int(s["step"]) == DDP_STOP for s in adam.values())  # the full Adam state of that step
 
     resumed = fsdp_probed.run(probes, "resumed", "train", "reverse", "--resume", str(cut), world=2)
     full = fsdp_probed.run(probes, "full", *args, "name=full", *FSDP_ARGS, world=2)
