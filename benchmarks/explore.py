@@ -17,7 +17,8 @@ byte-level BPE tokenizer (512 tokens) trained here on generated text:
 
 Each round types a new input of 128 tokens into the page (Playwright driving Debian's Chromium; the
 explorer app served by uvicorn in this process on 127.0.0.1) and takes the time from the input event to
-the views redrawn (the page's own clock: request, model, payload, JSON, unpacking, drawing), then times
+the views redrawn (the page's own clock: request, model, payload, JSON, unpacking, drawing; the page is on
+the head view, so it asks for the layer it shows and the next-token row of the last position), then times
 ``model.forward_with_attention`` on the same ids (the reference). Reported: p50 / p95 of both, the
 ratio per round and how many rounds meet the goal, and the bytes of each update's payload.
 

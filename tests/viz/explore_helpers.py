@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from viz_helpers import chromium_binary
 
@@ -63,3 +64,27 @@ def browser() -> Iterator[object]:
             yield chromium
         finally:
             chromium.close()
+
+
+class Watch:
+    """A page's console errors, uncaught exceptions and every request it makes."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+
+    def check(self, allowed: tuple[str, ...]) -> None:
+        assert self.errors == []
+        off = [u for u in self.requests if not u.startswith(allowed)]
+        assert off == [], f"requests outside 127.0.0.1: {off}"
+
+
+def wait_for(page: Any, text: str, version: int = 0) -> int:
+    """Wait until the views show ``text`` (and a version after ``version``); returns the version."""
+    page.wait_for_function(
+        "([t, v]) => document.body.dataset.text === t && Number(document.body.dataset.version) > v", arg=[text, version]
+    )
+    return int(page.evaluate("document.body.dataset.version"))

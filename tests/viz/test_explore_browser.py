@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from explore_helpers import browser, explore_server
+from explore_helpers import Watch, browser, explore_server, wait_for
 from matplotlib import image as mpimg
 
 import attnkit
@@ -59,30 +59,6 @@ def post(url: str, body: Any) -> tuple[int, Any]:
         return err.code, json.loads(err.read())
 
 
-class Watch:
-    """A page's console errors, uncaught exceptions and every request it makes."""
-
-    def __init__(self, page: Any) -> None:
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("request", lambda r: self.requests.append(r.url))
-
-    def check(self, allowed: tuple[str, ...]) -> None:
-        assert self.errors == []
-        off = [u for u in self.requests if not u.startswith(allowed)]
-        assert off == [], f"requests outside 127.0.0.1: {off}"
-
-
-def wait_for(page: Any, text: str, version: int = 0) -> int:
-    """Wait until the views show ``text`` (and a version after ``version``); returns the version."""
-    page.wait_for_function(
-        "([t, v]) => document.body.dataset.text === t && Number(document.body.dataset.version) > v", arg=[text, version]
-    )
-    return int(page.evaluate("document.body.dataset.version"))
-
-
 def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, heads: int) -> None:
     with browser() as chromium:
         context = chromium.new_context(accept_downloads=True, viewport={"width": 1200, "height": 800})
@@ -96,6 +72,8 @@ def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, he
         version = wait_for(page, text, version)
         data = page.evaluate("window.exploreData()")
         assert data["input"]["text"] == text and len(data["tokens"]) >= 3
+        # the page asks for what it shows: the layer of the head view, the next-token row of the last token
+        assert data["blocks"][0]["only_layer"] == 0 and data["next"]["positions"] == [len(data["tokens"]) - 1]
         # head view: lines; hovering the last query token highlights its lines only
         lines = page.locator("#head-svg line.attn")
         assert lines.count() >= len(data["tokens"])
@@ -109,8 +87,10 @@ def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, he
         assert set(highlighted) == {"0"} and len(highlighted) == page.locator('#head-svg line.attn[data-k="0"]').count()
         # layer and head
         page.select_option("#layer", index=layers - 1)
+        page.wait_for_function(f"window.exploreData().blocks[0].only_layer === {layers - 1}")
         page.select_option("#head", index=heads - 1)
         assert f"layer {layers}, head {heads}" in page.inner_text("#title")
+        assert page.locator("#head-svg line.attn").count() >= len(data["tokens"])
         assert f"layer={layers - 1}" in page.url and f"head={heads - 1}" in page.url and "text=the+cat+sat" in page.url
         # the next-token table re-weights with the temperature slider, as the payload says
         temps = data["next"]["temperatures"]
@@ -133,8 +113,9 @@ def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, he
         page.wait_for_function(f"window.exploreData().input.steps === {data['input']['steps'] - 1}")
         assert page.evaluate("window.exploreData()")["ids"] == data["ids"][:-1]
         # model view: every head
-        page.click('button[data-view="model"]')
-        assert page.locator("#view-model canvas").count() == layers * heads
+        page.click('button[data-view="model"]')  # every layer: asked for now
+        page.wait_for_function(f"document.querySelectorAll('#view-model canvas').length === {layers * heads}")
+        assert page.evaluate("window.exploreData().blocks[0].only_layer") is None
         page.click('button[data-view="matrix"]')
         assert page.locator("#matrix-canvas").count() == 1
         shot = mpimg.imread(io.BytesIO(page.screenshot()), format="png")

@@ -217,16 +217,48 @@ def test_the_command_line_says_what_is_wrong(tmp_path: Path):
     assert result.exit_code == 2 and "no model at" in result.output
 
 
-def test_a_large_vocabulary_is_exact_at_temperature_one_and_close_elsewhere():
-    logits = torch.randn(4, 5000, generator=torch.Generator().manual_seed(3)) * 3
-    table = next_token_table(logits, str, k=5, exact=256)
-    for position in range(4):
-        got = table_probabilities(table, position, 1.0)
-        want = logits[position].softmax(-1)[table["ids"][position]].tolist()
-        np.testing.assert_allclose(got, want, rtol=2e-3)
-        for t in (0.5, 0.85, 1.2):  # approximate: at 2.0 this flat tail is overcounted by ~30 %
-            want = (logits[position] / t).softmax(-1)[table["ids"][position]].tolist()
-            np.testing.assert_allclose(table_probabilities(table, position, t), want, rtol=0.15)
+def test_a_large_vocabulary_is_exact_at_every_temperature():
+    """49152 logits, as a 135M Llama's: every temperature's normaliser over the whole vocabulary (no tail
+    approximated), for chosen positions (negative ones refused) and in chunks of positions."""
+    logits = torch.randn(6, 49152, generator=torch.Generator().manual_seed(3)) * 3
+    logits[:, :2000] += 4  # a heavy head and a long flat tail: what an approximated tail gets wrong at t = 2
+    for positions in ([4], None):
+        table = next_token_table(logits, str, k=5, positions=positions)
+        assert table["positions"] == (positions or list(range(6)))
+        for position in table["positions"]:
+            for t in TEMPERATURES[1:]:
+                want = (logits[position] / t).softmax(-1)[table["ids"][table["positions"].index(position)]]
+                np.testing.assert_allclose(table_probabilities(table, position, t), want.tolist(), rtol=2e-3)
+    with pytest.raises(ValueError, match="not one of the table's"):
+        table_probabilities(next_token_table(logits, str, positions=[1]), 2, 1.0)
+    with pytest.raises(ValueError, match=r"position\(s\) \[6\] out of range"):
+        next_token_table(logits, str, positions=[6])
+
+
+def test_one_layer_is_sent_whole_and_the_forward_pass_is_kept(llama: Pretrained, monkeypatch: pytest.MonkeyPatch):
+    explorer = load_explorer(llama)
+    full = explorer.view("The old owl")
+    calls = []
+    forward = explorer.model.forward_with_attention
+    monkeypatch.setattr(explorer.model, "forward_with_attention", lambda *a: calls.append(1) or forward(*a))
+    everything = unpack_attention(full["blocks"][0])
+    for layer in (0, 1):
+        view = explorer.view("The old owl", layer=layer, position=-1)
+        [block] = view["blocks"]
+        assert block["only_layer"] == layer and block["layers"] == 2 and block["k"] == len(view["tokens"])
+        np.testing.assert_array_equal(unpack_attention(block)[0], everything[layer])
+        last = len(view["tokens"]) - 1
+        assert view["next"]["positions"] == [last] and view["next"]["ids"] == [full["next"]["ids"][last]]
+    assert explorer.view("The old owl", position=0)["next"]["positions"] == [0]
+    assert calls == []  # the same input: no forward pass
+    explorer.view("The old owl", steps=1, layer=0)
+    assert calls == [1]
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
+        explorer.view("The old owl", layer=2)
+    with pytest.raises(ValueError, match="position 99 is out of range"):
+        explorer.view("The old owl", position=99)
+    with pytest.raises(ValueError, match="position must be an int"):
+        explorer.view("The old owl", position="last")  # type: ignore[arg-type]  # a wrong type on purpose
 
 
 def test_submodules_do_not_shadow_the_public_functions():

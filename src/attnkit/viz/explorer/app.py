@@ -2,8 +2,10 @@
 
 - ``GET /``: the page; ``GET /static/{index.html,explore.js,explore.css}``: its files (from the package).
 - ``GET /api/info``: what the model is and what to type.
-- ``POST /api/view`` ``{"text", "steps", "temperature", "seed"}``: :meth:`Explorer.view`'s payload; a bad
-  input is a 400 whose ``detail`` says what was wrong (the server keeps serving).
+- ``POST /api/view`` ``{"text", "steps", "temperature", "seed", "layer", "position"}``: :meth:`Explorer.view`'s
+  payload (``"layer"``: a layer, or ``"all"``, the default; ``"position"``: a position of the next-token table,
+  or null for all, the default); a bad input is a 400 whose ``detail`` says what was wrong (the server keeps
+  serving).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
 }
-FIELDS = {"text", "steps", "temperature", "seed"}
+FIELDS = {"text", "steps", "temperature", "seed", "layer", "position"}
 
 
 def create_explore_app(explorer: Explorer) -> FastAPI:
@@ -61,12 +63,15 @@ def create_explore_app(explorer: Explorer) -> FastAPI:
             raise HTTPException(400, f"unknown field(s) {unknown}; a view takes {sorted(FIELDS)}")
         if "text" not in body:
             raise HTTPException(400, 'no "text": the input to look at')
+        layer = body.get("layer", "all")
         try:
             payload = explorer.view(
                 body["text"],
                 steps=body.get("steps", 0),
                 temperature=body.get("temperature", 0.0),
                 seed=body.get("seed", 0),
+                layer=None if layer == "all" else layer,
+                position=body.get("position"),
             )
         except (ValueError, TypeError) as err:
             raise HTTPException(400, str(err)) from None

@@ -1,9 +1,10 @@
 """What the explorer page receives for one input: attention packed compactly, masks, next-token tables.
 
 Pure functions over tensors (no model, no server): :func:`pack_attention` turns per-layer weights into
-bytes the page unpacks (and :func:`unpack_attention` does the same here, for tests and notebooks),
-:func:`next_token_table` the top-k of a decoder's logits with what the page needs to re-weight them
-at another temperature (:func:`table_probabilities` is the page's formula).
+bytes the page unpacks (all layers, or the one layer the page shows; :func:`unpack_attention` does the
+same here, for tests and notebooks), :func:`next_token_table` the top-k of a decoder's logits with the
+exact normaliser of every temperature the page's slider offers (:func:`table_probabilities` is the
+page's formula).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from torch import Tensor
 
 __all__ = [
     "ATTENTION_BUDGET",
-    "EXACT_LOGITS",
     "TEMPERATURES",
     "next_token_table",
     "pack_attention",
@@ -35,8 +35,8 @@ __all__ = [
 ATTENTION_BUDGET = 600_000
 # The temperatures the page's slider offers (0: greedy); the normaliser of each is sent per position.
 TEMPERATURES = (0.0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0)
-# The most likely logits whose normaliser is computed exactly at every temperature (see next_token_table).
-EXACT_LOGITS = 1024
+# The most logits (positions x temperatures x vocabulary) one batched normaliser op reads at once (memory).
+BATCH_ELEMENTS = 1 << 23
 
 
 def token_label(text: str) -> str:
@@ -72,8 +72,10 @@ def pack_attention(
     causal: bool = False,
     key_mask: Sequence[bool] | Tensor | None = None,
     budget: int = ATTENTION_BUDGET,
+    layer: int | None = None,
 ) -> dict[str, Any]:
-    """One attention block (self-attention, cross-attention...) of every layer and head, for the page.
+    """One attention block (self-attention, cross-attention...) of every layer and head, or of one layer's
+    heads (``layer``), for the page.
 
     Args:
         maps: per layer the weights ``[H, Tq, Tk]`` of one input (rows: queries, summing to 1).
@@ -82,14 +84,22 @@ def pack_attention(
         causal: query ``i`` may attend to keys ``<= i`` only (the page marks the rest as masked).
         key_mask: ``[Tk]``, True = a real token that may be attended to; False = padding (marked).
         budget: the most raw bytes the weights may take.
+        layer: only this layer's heads (from 0), whole: ``only_layer`` says which (None: every layer).
 
     Weights are quantised to bytes (``round(w * 255)``: steps of 1/255). When all of them fit
     ``budget`` they are sent whole (``k == Tk``); otherwise each query row keeps its ``k`` largest
     weights with their key positions (``k`` as large as the budget allows, at least 1): the page
-    shows the others as 0 and says so.
+    shows the others as 0 and says so. One layer is always sent whole (``Tq x Tk`` bytes a head).
     """
-    w = _layers(maps)
-    num_layers, heads, tq, tk = w.shape
+    if layer is not None:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(maps):
+            raise ValueError(f"layer must be an int in [0, {len(maps)}) (or all layers), got {layer!r}")
+        w = _layers(maps[layer : layer + 1])
+        num_layers = len(maps)
+        _, heads, tq, tk = w.shape
+    else:
+        w = _layers(maps)
+        num_layers, heads, tq, tk = w.shape
     if len(query_labels) != tq or len(key_labels) != tk:
         raise ValueError(f"{len(query_labels)} query / {len(key_labels)} key labels for weights [.., {tq}, {tk}]")
     mask = None
@@ -97,10 +107,9 @@ def pack_attention(
         mask = [bool(v) for v in (key_mask.tolist() if isinstance(key_mask, Tensor) else key_mask)]
         if len(mask) != tk:
             raise ValueError(f"key_mask has {len(mask)} entries for {tk} keys")
-    rows = num_layers * heads * tq
+    rows = w.shape[0] * heads * tq
     index_bytes = 1 if tk <= 256 else 2
-    k = tk if rows * tk <= budget else max(1, min(tk, budget // (rows * (1 + index_bytes))))
-    quantised = (w.clamp(0, 1) * 255).round().to(torch.uint8)
+    k = tk if layer is not None or rows * tk <= budget else max(1, min(tk, budget // (rows * (1 + index_bytes))))
     block: dict[str, Any] = {
         "name": name,
         "queries": list(query_labels),
@@ -111,17 +120,26 @@ def pack_attention(
         "key_mask": mask,
         "k": k,
         "indices": None,
+        "only_layer": layer,
     }
     if k == tk:
-        block["values"] = _b64(quantised.numpy())
+        block["values"] = _b64(_quantise(w.numpy()))
         block["kept"] = 1.0
     else:
         top = w.topk(k, dim=-1)
-        block["values"] = _b64((top.values.clamp(0, 1) * 255).round().to(torch.uint8).numpy())
+        block["values"] = _b64(_quantise(top.values.numpy()))
         block["indices"] = _b64(top.indices.numpy().astype(np.uint8 if index_bytes == 1 else "<u2"))
         block["index_bytes"] = index_bytes
         block["kept"] = round(float(top.values.sum(-1).mean()), 4)  # the mean weight a row keeps
     return block
+
+
+def _quantise(w: np.ndarray) -> np.ndarray:
+    """``round(w * 255)`` as bytes, ``w`` clipped to [0, 1] (one vectorised pass, one scratch array)."""
+    scratch = np.clip(w, 0.0, 1.0)
+    np.multiply(scratch, 255.0, out=scratch)
+    np.rint(scratch, out=scratch)
+    return scratch.astype(np.uint8)
 
 
 def _b64(a: np.ndarray) -> str:
@@ -130,8 +148,9 @@ def _b64(a: np.ndarray) -> str:
 
 def unpack_attention(block: dict[str, Any]) -> np.ndarray:
     """The weights ``[L, H, Tq, Tk]`` (float32, in steps of 1/255) of a block of :func:`pack_attention`,
-    as the page reads them (weights a row did not keep are 0)."""
-    shape = (block["layers"], block["heads"], len(block["queries"]), len(block["keys"]))
+    as the page reads them (weights a row did not keep are 0; of a one-layer block: ``[1, H, Tq, Tk]``)."""
+    layers = 1 if block.get("only_layer") is not None else block["layers"]
+    shape = (layers, block["heads"], len(block["queries"]), len(block["keys"]))
     values = np.frombuffer(base64.b64decode(block["values"]), dtype=np.uint8).astype(np.float32) / 255
     if block["indices"] is None:
         return values.reshape(shape)
@@ -149,62 +168,71 @@ def next_token_table(
     *,
     k: int = 10,
     temperatures: Sequence[float] = TEMPERATURES,
-    exact: int = EXACT_LOGITS,
+    positions: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """At every position of ``logits [T, V]`` the ``k`` most likely next tokens (ids, labels, logits) and,
-    per temperature of ``temperatures``, ``log Z(t) = logsumexp(logits / t)`` over the vocabulary: the
-    page computes ``p = exp(logit / t - log Z(t))`` (:func:`table_probabilities`) at each temperature its
-    slider offers; at ``t = 0`` (greedy) the top token has 1. ``label``: a token id's label.
+    """At the positions ``positions`` (None: every one) of ``logits [T, V]`` the ``k`` most likely next
+    tokens (ids, labels, logits) and, per temperature of ``temperatures``, the exact
+    ``log Z(t) = logsumexp(logits / t)`` over the whole vocabulary: the page computes
+    ``p = exp(logit / t - log Z(t))`` (:func:`table_probabilities`) at each temperature its slider offers;
+    at ``t = 0`` (greedy) the top token has 1. ``label``: a token id's label.
 
-    ``log Z`` is exact at ``t = 1`` and, for vocabularies of at most ``exact`` tokens, at every
-    temperature. A larger vocabulary (49152 for a 135M Llama) would take one pass over all logits per
-    temperature, slower than the model's own forward pass: there the ``exact`` most likely logits count
-    exactly and the rest as tokens of equal logit holding their exact total mass at ``t = 1``."""
+    The normalisers of all temperatures are one batched ``logsumexp`` over ``[temperatures, P, V]``
+    (in chunks of positions: at most :data:`BATCH_ELEMENTS` logits at once)."""
     if logits.dim() != 2:
         raise ValueError(f"expected next-token logits [T, V], got {tuple(logits.shape)}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    logits = logits.detach().float().cpu()
-    vocab = logits.shape[-1]
+    length, vocab = logits.shape
+    if positions is None:
+        positions = list(range(length))
+    positions = list(positions)
+    bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < length]
+    if bad:
+        raise ValueError(f"position(s) {bad} out of range: the input has {length} positions (from 0)")
+    rows = logits.detach().float().cpu()
+    if positions != list(range(length)):
+        rows = rows[positions]
     k = min(k, vocab)
-    head = logits.topk(min(vocab, max(exact, k)), dim=-1).values if vocab > exact else logits
-    top = logits.topk(k, dim=-1)
-    rest = None
-    if vocab > exact:  # the tail: its count and the log of its total mass at t = 1
-        log_all, log_head = torch.logsumexp(logits, dim=-1), torch.logsumexp(head, dim=-1)
-        gap = (log_head - log_all).clamp(max=-1e-7)
-        log_tail = log_all + torch.log(-torch.expm1(gap))
-        count = vocab - head.shape[-1]
-        rest = (log_tail - math.log(count), math.log(count))  # the tail's equal logit, log of its count
-    log_z = []
-    for t in temperatures:
-        if t == 0:
-            log_z.append(top.values[:, 0].tolist())
-            continue
-        z = torch.logsumexp(head / t, dim=-1)
-        if rest is not None:
-            z = torch.logaddexp(z, rest[0] / t + rest[1])
-        log_z.append(z.tolist())
+    top = rows.topk(k, dim=-1)
+    hot = [t for t in temperatures if t != 0]
+    log_z = torch.empty(len(positions), len(temperatures))
+    if 0 in temperatures:  # greedy: the top token has probability 1 (p = exp(logit / t - log Z) is not used)
+        log_z[:, list(temperatures).index(0)] = top.values[:, 0]
+    if hot:
+        inverse = torch.tensor([1.0 / t for t in hot]).view(-1, 1, 1)
+        peak = top.values[:, :1]  # [P, 1]: logsumexp(x / t) = peak / t + logsumexp((x - peak) / t)
+        chunk = max(1, BATCH_ELEMENTS // (len(hot) * vocab))
+        columns = [i for i, t in enumerate(temperatures) if t != 0]
+        for start in range(0, len(positions), chunk):
+            shifted = rows[start : start + chunk] - peak[start : start + chunk]  # [p, V], <= 0
+            z = torch.logsumexp(shifted.unsqueeze(0) * inverse, dim=-1)  # [temperatures, p]
+            z += peak[start : start + chunk].T * inverse[:, :, 0]
+            log_z[start : start + chunk, columns] = z.T
     ids = top.indices.tolist()
     return {
         "temperatures": list(temperatures),
+        "positions": positions,
         "ids": ids,
         "tokens": [[label(i) for i in row] for row in ids],
         "logits": [[round(v, 4) for v in row] for row in top.values.tolist()],
-        "log_z": [[round(v, 4) for v in row] for row in zip(*log_z)],  # [T, temperatures]
+        "log_z": [[round(v, 4) for v in row] for row in log_z.tolist()],  # [P, temperatures]
     }
 
 
 def table_probabilities(table: dict[str, Any], position: int, temperature: float) -> list[float]:
-    """The probabilities of the top tokens at ``position`` at ``temperature`` (one of the table's), as
-    the page computes them: ``exp(logit / t - log Z(t))``; ``t = 0``: 1 for the first (most likely)."""
+    """The probabilities of the top tokens at ``position`` (of the input; one of the table's) at
+    ``temperature`` (one of the table's), as the page computes them: ``exp(logit / t - log Z(t))``;
+    ``t = 0``: 1 for the first (most likely)."""
     temps = table["temperatures"]
     if temperature not in temps:
         raise ValueError(f"temperature {temperature} is not one of the table's {temps}")
-    logits = table["logits"][position]
+    if position not in table["positions"]:
+        raise ValueError(f"position {position} is not one of the table's {table['positions']}")
+    row = table["positions"].index(position)
+    logits = table["logits"][row]
     if temperature == 0:
         return [1.0] + [0.0] * (len(logits) - 1)
-    log_z = table["log_z"][position][temps.index(temperature)]
+    log_z = table["log_z"][row][temps.index(temperature)]
     return [math.exp(v / temperature - log_z) for v in logits]
 
 

@@ -38,6 +38,7 @@ class Explorer:
     def __init__(self, name: str, source: str) -> None:
         self.name = name
         self.source = source
+        self._last: tuple[tuple[str, int, float, int], dict[str, Any]] | None = None  # (input, _compute's)
 
     def info(self) -> dict[str, Any]:
         """The model's description for the page."""
@@ -51,11 +52,25 @@ class Explorer:
         }
 
     def view(
-        self, text: str, *, steps: int = 0, temperature: float = 0.0, seed: int = 0, budget: int = ATTENTION_BUDGET
+        self,
+        text: str,
+        *,
+        steps: int = 0,
+        temperature: float = 0.0,
+        seed: int = 0,
+        layer: int | None = None,
+        position: int | None = None,
+        budget: int = ATTENTION_BUDGET,
     ) -> dict[str, Any]:
         """The payload of input ``text``: ``{"model", "input", "blocks", ...}`` (decoders: ``steps`` tokens
         generated after it, greedy at ``temperature=0``, else sampled with ``seed``). A bad input is a
-        :class:`ValueError` that says what was wrong."""
+        :class:`ValueError` that says what was wrong.
+
+        ``layer``: the attention of that layer only (from 0; all its heads, whole), else of every layer
+        (top-k per row over ``budget``). ``position``: a decoder's next-token table at that position only
+        (from 0; negative from the end), else at every position. The page asks for what it shows; the
+        model's forward pass of the last input is kept, so asking for another layer or position of the
+        same input costs no forward pass."""
         if not isinstance(text, str):
             raise ValueError(f"the input must be a text, got {type(text).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_STEPS:
@@ -66,13 +81,23 @@ class Explorer:
             raise ValueError(f"temperature must be a number in [0, 10] (0: greedy), got {temperature!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-        with torch.no_grad():
-            out = self._view(text, steps, float(temperature), seed, budget)
+        if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
+            raise ValueError(f"position must be an int (a token's index; -1: the last), got {position!r}")
+        key = (text, steps, float(temperature), seed) if steps else (text, 0, 0.0, 0)  # what the pass depends on
+        if self._last is None or self._last[0] != key:
+            self._last = None
+            with torch.no_grad():
+                self._last = (key, self._compute(text, steps, float(temperature), seed))
+        out = self._payload(self._last[1], layer, position, budget)
         out["model"] = self.info()
         out["input"] = {"text": text, "steps": steps, "temperature": temperature, "seed": seed}
         return out
 
-    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+    def _compute(self, text: str, steps: int, temperature: float, seed: int) -> dict[str, Any]:
+        """The model's pass over one input: what :meth:`_payload` reads (kept for the next request)."""
+        raise NotImplementedError
+
+    def _payload(self, run: dict[str, Any], layer: int | None, position: int | None, budget: int) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -121,21 +146,29 @@ class DecoderExplorer(Explorer):
         end = next((i + 1 for i, t in enumerate(new) if t in stops), None)
         return prompt + new[: end or len(new)], len(prompt), end is not None
 
-    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+    def _compute(self, text: str, steps: int, temperature: float, seed: int) -> dict[str, Any]:
         ids, prompt_length, finished = self.tokens(text, steps, temperature, seed)
         logits, maps = self.model.forward_with_attention(torch.tensor([ids]))
         labels = [self.label(i) for i in ids]
+        out = {"ids": ids, "prompt_length": prompt_length, "finished": finished, "labels": labels}
+        return {**out, "logits": logits[0], "maps": [m[0] for m in maps]}
+
+    def _payload(self, run: dict[str, Any], layer: int | None, position: int | None, budget: int) -> dict[str, Any]:
+        labels = run["labels"]
         block = pack_attention(
-            [m[0] for m in maps], name="self-attention", query_labels=labels, key_labels=labels, causal=True,
-            budget=budget,
+            run["maps"], name="self-attention", query_labels=labels, key_labels=labels, causal=True, budget=budget,
+            layer=layer,
         )  # fmt: skip
+        if position is not None and not -len(labels) <= position < len(labels):
+            raise ValueError(f"position {position} is out of range: the input has {len(labels)} tokens")
+        positions = None if position is None else [position % len(labels)]
         return {
             "tokens": labels,
-            "ids": ids,
-            "prompt_length": prompt_length,
-            "finished": finished,
+            "ids": run["ids"],
+            "prompt_length": run["prompt_length"],
+            "finished": run["finished"],
             "blocks": [block],
-            "next": next_token_table(logits[0], self.label),
+            "next": next_token_table(run["logits"], self.label, positions=positions),
         }
 
 
@@ -157,13 +190,17 @@ class EncoderExplorer(Explorer):
         self.tokenizer: Any = pretrained.tokenizer
         self.pretrained = pretrained
 
-    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+    def _compute(self, text: str, steps: int, temperature: float, seed: int) -> dict[str, Any]:
         ids, mask = self.pretrained.encode([text])
         maps = self.encoder.get_attention_maps(ids, mask)
         labels = [token_label(self.tokenizer.id_to_token(int(i))) for i in ids[0]]
+        return {"labels": labels, "mask": mask[0], "maps": [m[0] for m in maps]}
+
+    def _payload(self, run: dict[str, Any], layer: int | None, position: int | None, budget: int) -> dict[str, Any]:
+        labels = run["labels"]
         block = pack_attention(
-            [m[0] for m in maps], name="self-attention", query_labels=labels, key_labels=labels,
-            key_mask=mask[0], budget=budget,
+            run["maps"], name="self-attention", query_labels=labels, key_labels=labels, key_mask=run["mask"],
+            budget=budget, layer=layer,
         )  # fmt: skip
         return {"tokens": labels, "blocks": [block]}
 
@@ -186,17 +223,22 @@ class RunExplorer(Explorer):
         self.loaded = loaded
         self.hint, self.example = self.HINTS.get(self.task_name, ("an input as for attnkit predict", ""))
 
-    def _view(self, text: str, steps: int, temperature: float, seed: int, budget: int) -> dict[str, Any]:
+    def _payload(self, run: dict[str, Any], layer: int | None, position: int | None, budget: int) -> dict[str, Any]:
+        example = run["example"]
+        name = "cross-attention" if self.task_name == "translate" else "self-attention"
+        block = pack_attention(
+            example.maps, name=name, query_labels=example.query_labels, key_labels=example.key_labels, budget=budget,
+            layer=layer,
+        )  # fmt: skip
+        block["query_axis"], block["key_axis"] = example.query_axis, example.key_axis
+        return {"tokens": example.key_labels, "title": example.title, "blocks": [block], **run["extra"]}
+
+    def _compute(self, text: str, steps: int, temperature: float, seed: int) -> dict[str, Any]:
         if not text.strip():
             raise ValueError(f"type an input: {self.hint} (e.g. {self.example!r})")
         module = self.loaded.module.eval()
         example = self.loaded.task.attention_examples(module, [text])[0]
-        name = "cross-attention" if self.task_name == "translate" else "self-attention"
-        block = pack_attention(
-            example.maps, name=name, query_labels=example.query_labels, key_labels=example.key_labels, budget=budget
-        )
-        block["query_axis"], block["key_axis"] = example.query_axis, example.key_axis
-        out: dict[str, Any] = {"tokens": example.key_labels, "title": example.title, "blocks": [block]}
+        out: dict[str, Any] = {}
         if self.task_name == "anomaly" and example.probabilities is not None:
             probs = example.probabilities
             out["items"] = {
@@ -208,7 +250,7 @@ class RunExplorer(Explorer):
             out["classes"] = self._classes(text, example.maps, example.key_labels)
         elif self.task_name == "translate":
             out["hypotheses"] = self._hypotheses(text)
-        return out
+        return {"example": example, "extra": out}
 
     def _classes(self, text: str, maps: list[torch.Tensor], words: list[str]) -> dict[str, Any]:
         """Class probabilities, and per layer x head the attention of the pooled representation over the

@@ -1,5 +1,6 @@
-// attnkit explore: the page. Served by `attnkit explore` (it asks api/view for each input) or
-// embedded whole in one HTML file (a notebook output, a saved view: the data is in #explore-data).
+// attnkit explore: the page. Served by `attnkit explore` (it asks api/view for what it shows: the layer of
+// the head view and matrix, every layer for the model view, the next-token row of the selected position)
+// or embedded whole in one HTML file (a notebook output, a saved view: the data is in #explore-data).
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -8,11 +9,11 @@
   const EMBEDDED = dataNode ? JSON.parse(dataNode.textContent) : null;
   const STATIC = EMBEDDED !== null;
   const state = { text: "", layer: 0, head: 0, pos: -1, view: "head", block: 0, steps: 0, temp: 0, mode: "greedy", seed: 0 };
-  let data = null;
-  let dense = [];  // per block: Uint8Array [L*H*Tq*Tk] of weights * 255
+  let data = null;  // the latest payload
+  let store = null;  // what has arrived for the input shown (see merge)
   let version = 0;
   let hover = -1;
-  let inflight = false, pending = false, typedAt = null;
+  let inflight = false, pending = false, typedAt = null, lastAsked = null;
   window.exploreTimings = [];
   window.exploreData = () => data;  // the payload shown (for tests and the console)
 
@@ -32,23 +33,56 @@
   }
 
   // ------------------------------------------------------------------ data
-  function unpack(block) {
-    const L = block.layers, H = block.heads, Tq = block.queries.length, Tk = block.keys.length;
-    const values = Uint8Array.from(atob(block.values), (c) => c.charCodeAt(0));
+  const bytes = (b64) => { const s = atob(b64), out = new Uint8Array(s.length); for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i); return out; };
+  function unpack(block) {  // Uint8Array [layers sent * H * Tq * Tk] of weights * 255
+    const Tk = block.keys.length;
+    const values = bytes(block.values);
     if (block.indices === null) return values;
-    const raw = Uint8Array.from(atob(block.indices), (c) => c.charCodeAt(0));
+    const raw = bytes(block.indices);
     const idx = block.index_bytes === 1 ? raw : new Uint16Array(raw.buffer);
-    const out = new Uint8Array(L * H * Tq * Tk);
-    const k = block.k;
-    for (let row = 0; row < L * H * Tq; row++) {
+    const rows = values.length / block.k, k = block.k;
+    const out = new Uint8Array(rows * Tk);
+    for (let row = 0; row < rows; row++) {
       for (let j = 0; j < k; j++) out[row * Tk + idx[row * k + j]] = values[row * k + j];
     }
     return out;
   }
-  function weights(b, layer, head) {  // a view of [Tq*Tk] bytes
-    const blk = data.blocks[b], n = blk.queries.length * blk.keys.length;
-    const start = (layer * blk.heads + head) * n;
-    return dense[b].subarray(start, start + n);
+  const inputKey = (p) => JSON.stringify([p.input.text, p.input.steps, p.input.temperature, p.input.seed, p.ids || p.tokens]);
+  // store: per block, `layers[l]` (one layer's heads, whole) and `grid` (every layer, maybe top-k per row:
+  // `gridBlock` says); `next`: position -> its next-token row. Reset when the input changes.
+  function merge(payload) {
+    const key = inputKey(payload);
+    if (!store || store.key !== key) {
+      store = { key, layers: payload.blocks.map(() => []), grid: payload.blocks.map(() => null), gridBlock: payload.blocks.map(() => null), next: new Map() };
+    }
+    payload.blocks.forEach((blk, b) => {
+      const n = blk.heads * blk.queries.length * blk.keys.length, all = unpack(blk);
+      if (blk.only_layer !== null && blk.only_layer !== undefined) { store.layers[b][blk.only_layer] = all; return; }
+      store.grid[b] = all; store.gridBlock[b] = blk;
+      if (blk.k === blk.keys.length) for (let l = 0; l < blk.layers; l++) store.layers[b][l] = all.subarray(l * n, (l + 1) * n);
+    });
+    const next = payload.next;
+    if (next) next.positions.forEach((p, i) => store.next.set(p, { ids: next.ids[i], tokens: next.tokens[i], logits: next.logits[i], log_z: next.log_z[i] }));
+  }
+  function layerOf(b, layer, grid) {  // [H*Tq*Tk] bytes of one layer: whole, or the grid's (top-k) when allowed
+    if (!grid && store.layers[b][layer]) return store.layers[b][layer];
+    if ((grid || STATIC) && store.grid[b]) {
+      const blk = data.blocks[b], n = blk.heads * blk.queries.length * blk.keys.length;
+      return store.grid[b].subarray(layer * n, (layer + 1) * n);
+    }
+    return null;
+  }
+  function weights(b, layer, head, grid) {  // a view of [Tq*Tk] bytes, or null while it has not arrived
+    const blk = data.blocks[b], n = blk.queries.length * blk.keys.length, all = layerOf(b, layer, grid);
+    return all && all.subarray(head * n, (head + 1) * n);
+  }
+  const position = () => (state.pos >= 0 && state.pos < data.tokens.length ? state.pos : data.tokens.length - 1);
+  function missing() {  // what the views need and the page does not have yet (null: nothing)
+    const b = state.block;
+    const need = {};
+    if (state.view === "model" ? !store.grid[b] : !layerOf(b, state.layer, false)) need.layer = state.view === "model" ? "all" : state.layer;
+    if (data.next && !store.next.has(position())) need.position = position();
+    return Object.keys(need).length ? need : null;
   }
   function masked(blk, q, k) {
     return (blk.causal && k > q) || (blk.key_mask && !blk.key_mask[k]);
@@ -56,7 +90,7 @@
 
   function setData(payload) {
     data = payload;
-    dense = data.blocks.map(unpack);
+    merge(payload);
     state.block = Math.min(state.block, data.blocks.length - 1);
     const blk = data.blocks[state.block];
     state.layer = Math.min(state.layer, blk.layers - 1);
@@ -80,17 +114,23 @@
   }
 
   // ------------------------------------------------------------------ requests
+  function body(full) {  // the request of the current state: what it shows, or everything (`full`: Save)
+    const sent = { text: state.text, steps: state.steps, seed: Number(state.seed) || 0,
+      temperature: state.mode === "sample" ? temperatures()[state.temp] || 1.0 : 0 };
+    if (!full) { sent.layer = state.view === "model" ? "all" : state.layer; sent.position = state.pos; }
+    return JSON.stringify(sent);
+  }
   async function request() {
     if (STATIC) return;
     if (inflight) { pending = true; return; }
     inflight = true;
-    const sent = { text: state.text, steps: state.steps, seed: Number(state.seed) || 0,
-      temperature: state.mode === "sample" ? temperatures()[state.temp] || 1.0 : 0 };
+    const sent = body(false);
+    lastAsked = sent;
     try {
-      const response = await fetch("api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(sent) });
-      const body = await response.json();
-      if (!response.ok) { showError(body.detail || response.statusText); }
-      else { showError(null); body.bytes = Number(response.headers.get("content-length")) || 0; setData(body); }
+      const response = await fetch("api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: sent });
+      const answer = await response.json();
+      if (!response.ok) { showError(answer.detail || response.statusText); }
+      else { showError(null); answer.bytes = Number(response.headers.get("content-length")) || 0; setData(answer); }
     } catch (err) {
       showError("the explorer server does not answer (" + err.message + "); is `attnkit explore` still running?");
     } finally {
@@ -102,7 +142,7 @@
     $("error").hidden = !message;
     $("error").textContent = message || "";
   }
-  function temperatures() { return data && data.next ? data.next.temperatures : []; }
+  function temperatures() { return data && data.next ? data.next.temperatures : [0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0]; }
 
   // ------------------------------------------------------------------ rendering
   function render() {
@@ -113,12 +153,20 @@
     const notes = [];
     if (blk.causal) notes.push("causal mask: a token attends to itself and the tokens before it (masked cells hatched)");
     if (blk.key_mask && blk.key_mask.some((v) => !v)) notes.push("padding keys are masked (grey)");
-    if (blk.k < blk.keys.length) notes.push("each row keeps its " + blk.k + " largest weights (on average " + Math.round(blk.kept * 100) + " % of the row); the rest show as 0");
+    const need = missing();
+    const grid = store.gridBlock[state.block];
+    const topk = grid && grid.k < grid.keys.length && (state.view === "model" || !store.layers[state.block][state.layer]);
+    if (topk) notes.push("each row keeps its " + grid.k + " largest weights (on average " + Math.round(grid.kept * 100) + " % of the row); the rest show as 0");
     $("note").textContent = notes.join("; ");
-    if (state.view === "head") drawHead(blk); else if (state.view === "matrix") drawMatrix(blk); else drawModel(blk);
+    if (need && !STATIC && need.layer !== undefined) loading($("view-" + state.view));
+    else if (state.view === "head") drawHead(blk); else if (state.view === "matrix") drawMatrix(blk); else drawModel(blk);
     drawNext();
     drawTask();
     writeUrl();
+    if (need && !STATIC) {  // ask for it; the views are complete when it arrives
+      if (inflight || body(false) !== lastAsked) request();
+      return;
+    }
     version += 1;
     document.body.dataset.version = String(version);
     document.body.dataset.text = data.input ? data.input.text : "";
@@ -132,6 +180,11 @@
       $("status").textContent = data.blocks.length + " block(s)" + size;
     }
   }
+  function loading(root) {
+    const note = document.createElement("div");
+    note.className = "note"; note.textContent = "loading\u2026";
+    root.replaceChildren(note);
+  }
   function colour(w) {  // white -> blue
     const t = w / 255;
     return [Math.round(255 - 218 * t), Math.round(255 - 156 * t), Math.round(255 - 20 * t)];
@@ -139,7 +192,7 @@
 
   function drawHead(blk) {
     const root = $("view-head");
-    const Tq = blk.queries.length, Tk = blk.keys.length, w = weights(state.block, state.layer, state.head);
+    const Tq = blk.queries.length, Tk = blk.keys.length, w = weights(state.block, state.layer, state.head, false);
     const rowH = 18, width = 460, top = 20;
     const svgNS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(svgNS, "svg");
@@ -218,7 +271,7 @@
   }
   function drawMatrix(blk) {
     const root = $("view-matrix");
-    const Tq = blk.queries.length, Tk = blk.keys.length, w = weights(state.block, state.layer, state.head);
+    const Tq = blk.queries.length, Tk = blk.keys.length, w = weights(state.block, state.layer, state.head, false);
     const cell = Math.max(2, Math.min(24, Math.floor(560 / Math.max(Tq, Tk))));
     const canvas = document.createElement("canvas");
     canvas.width = Tk * cell; canvas.height = Tq * cell; canvas.id = "matrix-canvas";
@@ -265,7 +318,7 @@
         const canvas = document.createElement("canvas");
         canvas.width = Tk * cell; canvas.height = Tq * cell;
         canvas.dataset.layer = l; canvas.dataset.head = h;
-        paint(canvas.getContext("2d"), blk, weights(state.block, l, h), cell, hover);
+        paint(canvas.getContext("2d"), blk, weights(state.block, l, h, true), cell, hover);
         canvases.push(canvas);
         div.append(canvas, document.createTextNode("L" + (l + 1) + " H" + (h + 1)));
         div.addEventListener("click", () => { state.layer = l; state.head = h; state.view = "head"; setSelects(); render(); });
@@ -277,7 +330,7 @@
       if (!s) return;
       hover = Number(s.dataset.i);
       for (const x of strip.children) x.classList.toggle("active", x === s);
-      for (const c of canvases) paint(c.getContext("2d"), blk, weights(state.block, Number(c.dataset.layer), Number(c.dataset.head)), cell, hover);
+      for (const c of canvases) paint(c.getContext("2d"), blk, weights(state.block, Number(c.dataset.layer), Number(c.dataset.head), true), cell, hover);
     });
     root.replaceChildren(strip, grid);
   }
@@ -289,8 +342,7 @@
     const panel = $("next-panel");
     panel.hidden = !data.next;
     if (!data.next) return;
-    const n = data.tokens.length;
-    const pos = state.pos >= 0 && state.pos < n ? state.pos : n - 1;
+    const pos = position();
     const temps = data.next.temperatures;
     const slider = $("temperature");
     slider.max = String(temps.length - 1);
@@ -299,20 +351,22 @@
     const t = temps[state.temp];
     $("temperature-value").textContent = t === 0 ? "0 (greedy)" : String(t);
     $("next-pos").textContent = "\u201c" + data.tokens[pos] + "\u201d (position " + (pos + 1) + ")";
-    const logits = data.next.logits[pos];
-    const logZ = data.next.log_z[pos][state.temp];
-    const probs = logits.map((l, i) => (t === 0 ? (i === 0 ? 1 : 0) : Math.exp(l / t - logZ)));
+    const next = store.next.get(pos);  // null until it arrives
     const table = $("next-table");
     table.innerHTML = "";
-    data.next.tokens[pos].forEach((token, i) => {
-      const row = table.insertRow();
-      row.insertCell().textContent = token;
-      const bar = document.createElement("div");
-      bar.className = "bar"; bar.style.width = (probs[i] * 100).toFixed(1) + "%";
-      row.insertCell().appendChild(bar);
-      row.insertCell().textContent = (probs[i] * 100).toFixed(1) + " %";
-      row.cells[2].className = "prob";
-    });
+    if (next) {
+      const logZ = next.log_z[state.temp];
+      next.tokens.forEach((token, i) => {
+        const p = t === 0 ? (i === 0 ? 1 : 0) : Math.exp(next.logits[i] / t - logZ);
+        const row = table.insertRow();
+        row.insertCell().textContent = token;
+        const bar = document.createElement("div");
+        bar.className = "bar"; bar.style.width = (p * 100).toFixed(1) + "%";
+        row.insertCell().appendChild(bar);
+        row.insertCell().textContent = (p * 100).toFixed(1) + " %";
+        row.cells[2].className = "prob";
+      });
+    }
     $("steps").textContent = data.input.steps + " generated" + (data.finished ? " (ended)" : "");
     $("step").disabled = STATIC || data.finished;
     $("back").disabled = STATIC || data.input.steps === 0;
@@ -360,7 +414,9 @@
       html = cut(html, "STYLE", "<style>" + css + "</style>");
       html = cut(html, "SCRIPT", "<script>" + js.replace(/<\/script/gi, "<\\/script") + "</script>");
     }
-    const saved = Object.assign({}, data, { state: Object.assign({}, state) });
+    let full = data;  // the page has what it shows; the file gets every layer and position
+    if (!STATIC) full = await fetch("api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: body(true) }).then((r) => r.json());
+    const saved = Object.assign({}, full, { state: Object.assign({}, state) });
     delete saved.bytes;
     const json = JSON.stringify(saved).replace(/</g, "\\u003c");
     return cut(html, "DATA", '<script id="explore-data" type="application/json">' + json + "</script>");
