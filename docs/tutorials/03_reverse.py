@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit.data import reverse_sequences
-from attnkit.viz import plot_run_attention, plot_training_curves, read_metrics
+from attnkit.viz import explore, plot_run_attention, plot_training_curves, read_metrics
 
 # %% [markdown]
 # ## The data
@@ -122,6 +122,16 @@ assert train_loss[steps <= 50].min() > 2.2 and train_loss[steps <= 250][-1] < 0.
 # %%
 example = "3 1 4 1 5 9 2 6 5 3 5 8 9 7 9 3"
 plot_run_attention(result.run_dir, text=example)
+
+# %% [markdown]
+# `attnkit.viz.explore(run, text)` shows the same attention inline, in the explorer that
+# `attnkit explore RUN` serves: the **head view** (hover a token to highlight what it attends to, or what
+# attends to it), the **matrix** and the **model view** of every layer and head (tabs at the top). Here it
+# is a snapshot of one input, with its data inside the notebook; `attnkit explore RUN` in a terminal lets
+# you type others.
+
+# %%
+explore(result.run_dir, example, view="matrix")
 
 # %% [markdown]
 # The weight sits on the anti-diagonal: query 0 attends to key 15, query 1 to key 14, and so on.

@@ -36,7 +36,7 @@ import torch
 import attnkit
 from attnkit.data import AnomalyDataConfig
 from attnkit.data.anomaly.module import SetAnomalyDataModule
-from attnkit.viz import Figure, plot_run_attention, plot_set_probabilities
+from attnkit.viz import Figure, explore, plot_run_attention, plot_set_probabilities
 
 # %% [markdown]
 # ## The data: sets with an odd one out
@@ -196,6 +196,17 @@ plot_set_probabilities(probabilities[wrong], odd, title=f"test set {wrong}: a mi
 
 # %%
 plot_run_attention(result.run_dir, text="0")
+
+# %% [markdown]
+# `attnkit.viz.explore(run, text)` shows the same attention inline, in the explorer that
+# `attnkit explore RUN` serves: the **head view** (hover a token to highlight what it attends to, or what
+# attends to it), the **matrix** and the **model view** of every layer and head (tabs at the top). Here it
+# is a snapshot of one input, with its data inside the notebook; `attnkit explore RUN` in a terminal lets
+# you type others.
+# For the anomaly task the side panel gives each item's probability of being the odd one.
+
+# %%
+explore(result.run_dir, "0", layer=1, head=3)
 
 # %% [markdown]
 # In layer 1 the maps are almost flat: every item takes a near-uniform average over the set, which

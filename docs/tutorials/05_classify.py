@@ -37,7 +37,7 @@ import attnkit
 from attnkit.data import ClassifyDataConfig
 from attnkit.data.classify.module import TextClassificationDataModule
 from attnkit.models import ClassifierConfig, SequenceClassifier
-from attnkit.viz import attention_examples, plot_run_attention
+from attnkit.viz import attention_examples, explore, plot_run_attention
 
 # %% [markdown]
 # ## The data: generated "reviews"
@@ -205,6 +205,18 @@ assert labels == ["positive", "negative", "negative", "positive", "positive", "n
 
 # %%
 plot_run_attention(result.run_dir, text=probes[1])
+
+# %% [markdown]
+# `attnkit.viz.explore(run, text)` shows the same attention inline, in the explorer that
+# `attnkit explore RUN` serves: the **head view** (hover a token to highlight what it attends to, or what
+# attends to it), the **matrix** and the **model view** of every layer and head (tabs at the top). Here it
+# is a snapshot of one input, with its data inside the notebook; `attnkit explore RUN` in a terminal lets
+# you type others.
+# For a classifier the side panel gives the class probabilities and, for the layer and head chosen, the
+# attention of the pooled representation over the words.
+
+# %%
+explore(result.run_dir, probes[1], layer=1)
 
 # %% [markdown]
 # In layer 1 the maps are almost flat: each word takes a near-uniform average of the sentence. In

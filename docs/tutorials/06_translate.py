@@ -47,7 +47,7 @@ from attnkit.models import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.models.seq2seq import beam_search, greedy_decode
 from attnkit.nn import causal_mask
 from attnkit.tasks.translate import translate_texts
-from attnkit.viz import plot_attention
+from attnkit.viz import explore, plot_attention
 
 # %% [markdown]
 # ## The data: numbers in two languages
@@ -298,6 +298,18 @@ alignment = {out: source_tokens[int(last[i].argmax())] for i, out in enumerate(o
 for out, source in alignment.items():
     print(f"  {out!r:14} -> {source!r}")
 assert alignment[" cuarenta"] == " forty" and alignment[" cinco"] == "five" and alignment[" mesas"] == " tables"
+
+# %% [markdown]
+# `attnkit.viz.explore(run, text)` shows the same attention inline, in the explorer that
+# `attnkit explore RUN` serves: the **head view** (hover a token to highlight what it attends to, or what
+# attends to it), the **matrix** and the **model view** of every layer and head (tabs at the top). Here it
+# is a snapshot of one input, with its data inside the notebook; `attnkit explore RUN` in a terminal lets
+# you type others.
+# For a translate run it shows the cross-attention (output tokens attending to source tokens) and, in the
+# side panel, the greedy and beam-search translations with their scores (summed log-probabilities).
+
+# %%
+explore(result.run_dir, "They sold forty-five tables yesterday.")
 
 # %% [markdown]
 # The number and the noun line up with their source words. *Ellos vendieron* is different: it is
