@@ -221,16 +221,21 @@ def test_every_block_is_its_own_unit_and_bf16_mixed_computes_in_bfloat16(one_pro
         ({"trainer.devices": "auto"}, r"shards the model over several processes, but this run has 1"),
         ({"trainer.devices": "0,1"}, r"needs trainer.devices as a number of processes per machine, got '0,1'"),
         ({"trainer.devices": 2, "trainer.precision": "16-true"}, r"supports trainer.precision 32-true or bf16-mixed"),
+        (
+            {"trainer.devices": 2, "model.lora": {"rank": 4}, "model.init": "base"},
+            r"does not train LoRA adapters \(model.lora.*use trainer.strategy=ddp",
+        ),
     ],
 )
 def test_what_fsdp_cannot_run_with_is_refused_before_the_data_is_read(tmp_path: Path, monkeypatch, overrides, message):
     def no_data(*args, **kwargs):
         raise AssertionError("the data was read")
 
-    monkeypatch.setattr(TASKS["reverse"], "build_datamodule", no_data)
+    task = "lm" if "model.lora" in overrides else "reverse"
+    monkeypatch.setattr(TASKS[task], "build_datamodule", no_data)
     with pytest.raises(ConfigError, match=message):
         attnkit.train(
-            "reverse",
+            task,
             output_dir=str(tmp_path),
             **{"trainer.strategy": "fsdp", "trainer.accelerator": "cpu", **overrides},
         )

@@ -184,14 +184,18 @@ def build_module(task: Task[C], cfg: C, datamodule: Any, *, init_weights: bool =
     return module
 
 
+def _check_sharding(cfg: TaskConfig) -> None:
+    """Refuse, before any data is read, settings ``trainer.strategy=fsdp`` cannot train with."""
+    if sharding_plan(cfg.trainer) is not None and getattr(getattr(cfg, "model", None), "lora", None):
+        raise ConfigError(
+            "trainer.strategy=fsdp does not train LoRA adapters (model.lora: their checkpoints keep only the "
+            "adapters): use trainer.strategy=ddp, or train without model.lora"
+        )
+
+
 def _prepare_training(module: TaskModule, cfg: TaskConfig) -> None:
     """What ``trainer.strategy=fsdp`` and ``trainer.activation_checkpointing`` set on a module to train."""
     module.sharding = sharding_plan(cfg.trainer)
-    if module.sharding is not None and is_lora(module.model):
-        raise ConfigError(
-            "trainer.strategy=fsdp does not train LoRA adapters (their checkpoints keep only the adapters): "
-            "use trainer.strategy=ddp, or train without model.lora"
-        )
     set_activation_checkpointing(module.model, cfg.trainer.activation_checkpointing)
 
 
@@ -213,7 +217,7 @@ def fit(
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    sharding_plan(cfg.trainer)  # settings FSDP cannot run with: refused before any data is read
+    _check_sharding(cfg)
 
     ckpt_path: Path | None = None
     if resume is None and run_dir is None:
