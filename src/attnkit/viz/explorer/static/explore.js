@@ -197,7 +197,7 @@
     const svgNS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(svgNS, "svg");
     svg.setAttribute("width", width);
-    svg.setAttribute("height", top + rowH * Math.max(Tq, Tk) + 4);
+    svg.setAttribute("height", top + rowH * Math.max(Tq, Tk) + 8);
     svg.id = "head-svg";
     const head = (x, label, anchor) => { const t = document.createElementNS(svgNS, "text"); t.setAttribute("x", x); t.setAttribute("y", 12); t.setAttribute("text-anchor", anchor); t.setAttribute("fill", "#6b7280"); t.textContent = label; svg.appendChild(t); };
     head(150, blk.query_axis || "query", "end");
