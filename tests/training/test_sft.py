@@ -140,6 +140,7 @@ def test_the_report_shows_replies_before_and_after(run: Path) -> None:
     from attnkit.viz.report import render_report
 
     page = render_report(run)
+    assert "not available" not in page  # every section drew, the attention maps of validation conversations too
     section = page[page.index('id="replies"') :]
     assert "before training" in section and "after" in section
     assert section.count("<tr>") == 4  # the header and three validation conversations

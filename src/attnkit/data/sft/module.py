@@ -150,7 +150,7 @@ class SFTDataModule(SplitDataModule):
             for p, indices in enumerate(parts):
                 split_of[indices] = p
         else:
-            split_of = fraction_split(len(chats), fractions[0], fractions[1], c.seed)
+            split_of = fraction_split(len(chats), fractions[0], fractions[1], c.seed, minimum=1)
         out = {s: [ch for ch, p in zip(chats, split_of) if p == i] for i, s in enumerate(SPLITS)}
         for split, path in given.items():
             if path:

@@ -8,9 +8,10 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
 from pydantic import Field
 
-from attnkit.data.chat import ChatTemplate, read_generation_config
+from attnkit.data.chat import ChatTemplate, encode_chat, read_generation_config
 from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.data.sft.artifacts import chat_of
 from attnkit.data.sft.config import SFTDataConfig
@@ -20,7 +21,7 @@ from attnkit.interop import Pretrained
 from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict
-from attnkit.tasks.base import ModelSpec, Task, TaskConfig
+from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.tasks.lm.task import load_lm_base
 from attnkit.tasks.registry import register_task
 from attnkit.training.task import LoadedRun
@@ -147,6 +148,21 @@ class SFTTask(Task[SFTConfig]):
         """The model starts from the base's weights (with ``model.lora``, they stay frozen)."""
         init = self._init(cfg)
         load_base_state_dict(module.model, _base(init)[0].state_dict(), source=f"model.init={init}")
+        _base.cache_clear()  # the module holds the weights now: no second copy of the base while training
+
+    def build_eval_datamodule(
+        self,
+        cfg: SFTConfig,
+        artifacts: dict[str, Any],
+        path: str | Path,
+        *,
+        batch_size: int,
+        standardized: bool = False,
+    ) -> SFTDataModule:
+        """A ``.jsonl`` file of conversations (any layout) as the test split, encoded as the run's training data."""
+        data = cfg.data.model_copy(update={"source": str(path), "val_source": str(path), "test_source": str(path)})
+        trainer = cfg.trainer.model_copy(update={"batch_size": batch_size})
+        return self.build_datamodule(cfg.model_copy(update={"data": data, "trainer": trainer}), artifacts)
 
     def predict(self, module: TaskModule, inputs: list[str]) -> list[str]:
         """Each input is a user message; the output is the model's greedy reply (line breaks as ``\\n``)."""
@@ -159,6 +175,35 @@ class SFTTask(Task[SFTConfig]):
         for text in inputs:
             reply = chat_reply(model, tokenizer, template, generation, [{"role": "user", "content": text}], 200)
             out.append(reply.replace("\\", "\\\\").replace("\n", "\\n"))
+        return out
+
+    def attention_examples(
+        self, module: TaskModule, texts: list[str] | None = None, indices: list[int] | None = None
+    ) -> list[AttentionExample]:
+        """Causal self-attention over each text as a user message (rendered with the run's chat template and its
+        generation prompt), then over each validation conversation of ``indices`` (its first ``max_len`` tokens)."""
+        artifacts = module.hparams["artifacts"]
+        tokenizer = tokenizer_of(artifacts)
+        template, _ = chat_of(artifacts)
+        model = module.model
+        assert isinstance(model, LanguageModel)
+        inputs = [(repr(t), encode_chat(tokenizer, template, [{"role": "user", "content": t}])) for t in texts or []]
+        if indices:
+            cfg = SFTConfig.model_validate(module.hparams["config"])
+            datamodule = self.build_datamodule(cfg, artifacts)
+            datamodule.setup("validate")
+            chats = datamodule.chats["val"]
+            for index in indices:
+                if not 0 <= index < len(chats):
+                    raise ValueError(f"sft: validation conversation {index} out of range (there are {len(chats)})")
+                ids = encode_chat(tokenizer, template, chats[index].messages, add_generation_prompt=False)
+                inputs.append((f"validation conversation {index}", ids))
+        out = []
+        for name, ids in inputs:
+            ids = ids[: model.config.max_len]
+            maps = model.get_attention_maps(torch.tensor([ids], device=module.device))
+            labels = [tokenizer.decode([i], skip_special=False).replace("\n", "\\n") or "\u2205" for i in ids]
+            out.append(AttentionExample([m[0].cpu() for m in maps], labels, labels, f"sft, {name}"))
         return out
 
     def report_sections(self, run: LoadedRun) -> list[tuple[str, str, str]]:
