@@ -19,12 +19,15 @@ Each round types a new input of 128 tokens into the page (Playwright driving Deb
 explorer app served by uvicorn in this process on 127.0.0.1) and takes the time from the input event to
 the views redrawn (the page's own clock: request, model, payload, JSON, unpacking, drawing; the page is on
 the head view, so it asks for the layer it shows and the next-token row of the last position), then times
-``model.forward_with_attention`` on the same ids (the reference). Reported: p50 / p95 of both, the
-ratio per round and how many rounds meet the goal, and the bytes of each update's payload.
+``model.forward_with_attention`` on the same ids (the reference), then opens the model view (every layer x
+head: the page asks for all layers of the same input; no forward pass) and goes back to the head view.
+Reported: p50 / p95 of both, the ratio per round and how many rounds meet the goal, the bytes of each
+update's payload, and the time (Playwright's clock: click to drawn grid) and bytes of the model view.
 
-Checks (exit status 1 when one fails): every update shows the typed input, and its payload is at most
-1 MB. Goals (printed PASS / FAIL; ``--strict`` makes a FAIL exit 1 too): p95 <= 300 ms for lm; for 135M
-the update's p95 <= 1.3x the forward's p95. The machine's load is printed beside the figures.
+Checks (exit status 1 when one fails): every update shows the typed input, and its payload and the model
+view's are at most 1 MB. Goals (printed PASS / FAIL; ``--strict`` makes a FAIL exit 1 too): p95 <= 300 ms
+for lm; for 135M the update's p95 <= 1.3x the forward's p95. The machine's load is printed beside the
+figures.
 """
 
 from __future__ import annotations
@@ -140,7 +143,8 @@ def measure(shape: str, tokenizer: Any, browser: Any, rounds: int, length: int) 
     explorer, model = build(shape, tokenizer)
     texts = texts_of(tokenizer, explorer, rounds + 1, length)
     params = sum(p.numel() for p in model.parameters())
-    updates, forwards, sizes, problems = [], [], [], []
+    updates, servers, forwards, sizes, grids, grid_sizes, problems = [], [], [], [], [], [], []
+    cells = model.config.num_layers * model.config.num_heads
     with AppThread(explorer) as url:
         page = browser.new_page()
         errors: list[str] = []
@@ -152,17 +156,30 @@ def measure(shape: str, tokenizer: Any, browser: Any, rounds: int, length: int) 
             page.wait_for_function("(t) => document.body.dataset.text === t", arg=text, timeout=120_000)
             update_ms = page.evaluate("window.exploreTimings[window.exploreTimings.length - 1]")
             size = page.evaluate("window.exploreData().bytes")
+            server_ms = page.evaluate("window.exploreData().server_ms")
             shown = page.evaluate("window.exploreData().tokens.length")
             ids = torch.tensor([explorer.pretrained.encode_prompt(text)])
             start = time.perf_counter()
             with torch.no_grad():
                 model.forward_with_attention(ids)
             forward_ms = (time.perf_counter() - start) * 1000
+            start = time.perf_counter()
+            page.click('button[data-view="model"]')
+            page.wait_for_function(f"document.querySelectorAll('#view-model canvas').length === {cells}")
+            grid_ms = (time.perf_counter() - start) * 1000
+            grid_size = page.evaluate("window.exploreData().bytes")
+            page.click('button[data-view="head"]')
+            page.wait_for_selector("#head-svg")
             if i == 0:
                 continue  # warm-up round (first request, first draw)
             updates.append(update_ms)
+            servers.append(server_ms)
             forwards.append(forward_ms)
             sizes.append(size)
+            grids.append(grid_ms)
+            grid_sizes.append(grid_size)
+            if grid_size > MB:
+                problems.append(f"{shape}: round {i}'s model view is {grid_size} bytes, over 1 MB")
             if shown != length:
                 problems.append(f"{shape}: round {i} shows {shown} tokens, not {length}")
             if size > MB:
@@ -175,9 +192,12 @@ def measure(shape: str, tokenizer: Any, browser: Any, rounds: int, length: int) 
         "parameters": params,
         "tokens": length,
         "update_ms": updates,
+        "server_ms": servers,
         "forward_ms": forwards,
         "ratios": ratios,
         "payload_bytes": sizes,
+        "model_view_ms": grids,
+        "model_view_bytes": grid_sizes,
         "problems": problems,
     }
 
@@ -223,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             browser.close()
     print()
     print("| model | params | tokens | update p50 ms | update p95 ms | forward p50 ms | forward p95 ms "
-          "| ratio p50 | p95 ratio | rounds <= 1.3x | payload max kB | goal | result |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+          "| ratio p50 | p95 ratio | rounds <= 1.3x | payload max kB | model view p50 / p95 ms | model view kB "
+          "| goal | result |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     passed = True
     for r in results:
         u95, f95 = pct(r["update_ms"], 95), pct(r["forward_ms"], 95)
@@ -239,9 +260,16 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['model']} | {r['parameters'] / 1e6:.1f}M | {r['tokens']} | {statistics.median(r['update_ms']):.0f} "
             f"| {u95:.0f} | {statistics.median(r['forward_ms']):.0f} | {f95:.0f} "
             f"| {statistics.median(r['ratios']):.2f} "
-            f"| {u95 / f95:.2f} | {wins}/{len(r['ratios'])} | {max(r['payload_bytes']) / 1000:.0f} | {goal} "
+            f"| {u95 / f95:.2f} | {wins}/{len(r['ratios'])} | {max(r['payload_bytes']) / 1000:.0f} "
+            f"| {statistics.median(r['model_view_ms']):.0f} / {pct(r['model_view_ms'], 95):.0f} "
+            f"| {max(r['model_view_bytes']) / 1000:.0f} | {goal} "
             f"| {'PASS' if ok else 'FAIL'} |"
         )
+    print("\nwhere an update's time goes (p50): the server's view (forward pass, packing, JSON) / the rest "
+          "(transfer, parsing, unpacking, drawing)")  # fmt: skip
+    for r in results:
+        server, rest = statistics.median(r["server_ms"]), [u - s for u, s in zip(r["update_ms"], r["server_ms"])]
+        print(f"  {r['model']}: server {server:.0f} ms, page {statistics.median(rest):.0f} ms")
     end_load = loadavg()
     print(f"\nload average at end: {end_load[0]:.2f} {end_load[1]:.2f} {end_load[2]:.2f}")
     problems = [p for r in results for p in r["problems"]]

@@ -1,6 +1,6 @@
 """Smoke test of benchmarks/explore.py: it runs end to end (``--quick``: tiny models, 6 rounds of 32 tokens) in
 Chromium and prints its table, every update showing the typed input with a payload under 1 MB; never that
-a speed goal is met (timings are not tests)."""
+a speed goal is met (timings are not tests); the model view (every layer) is measured too."""
 
 from __future__ import annotations
 
@@ -25,3 +25,4 @@ def test_quick_run_prints_both_models_and_the_goals(tmp_path: Path) -> None:
     for r in data["rows"]:
         assert len(r["update_ms"]) == len(r["forward_ms"]) == 6 and r["problems"] == []
         assert 0 < max(r["payload_bytes"]) <= 1_000_000
+        assert len(r["model_view_ms"]) == 6 and 0 < max(r["model_view_bytes"]) <= 1_000_000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -74,6 +75,7 @@ def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, he
         assert data["input"]["text"] == text and len(data["tokens"]) >= 3
         # the page asks for what it shows: the layer of the head view, the next-token row of the last token
         assert data["blocks"][0]["only_layer"] == 0 and data["next"]["positions"] == [len(data["tokens"]) - 1]
+        assert data["server_ms"] > 0 and re.search(r"updated in \d+ ms \(server \d+ ms\)", page.inner_text("#status"))
         # head view: lines; hovering the last query token highlights its lines only
         lines = page.locator("#head-svg line.attn")
         assert lines.count() >= len(data["tokens"])

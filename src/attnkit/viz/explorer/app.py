@@ -5,13 +5,14 @@
 - ``POST /api/view`` ``{"text", "steps", "temperature", "seed", "layer", "position"}``: :meth:`Explorer.view`'s
   payload (``"layer"``: a layer, or ``"all"``, the default; ``"position"``: a position of the next-token table,
   or null for all, the default); a bad input is a 400 whose ``detail`` says what was wrong (the server keeps
-  serving).
+  serving). Its ``Server-Timing`` header says how long the view took here (``view;dur=`` milliseconds).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -64,6 +65,7 @@ def create_explore_app(explorer: Explorer) -> FastAPI:
         if "text" not in body:
             raise HTTPException(400, 'no "text": the input to look at')
         layer = body.get("layer", "all")
+        start = time.perf_counter()
         try:
             payload = explorer.view(
                 body["text"],
@@ -75,6 +77,8 @@ def create_explore_app(explorer: Explorer) -> FastAPI:
             )
         except (ValueError, TypeError) as err:
             raise HTTPException(400, str(err)) from None
-        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+        text = json.dumps(payload, separators=(",", ":"))
+        took = f"view;dur={(time.perf_counter() - start) * 1000:.1f}"
+        return Response(text, media_type="application/json", headers={"Server-Timing": took})
 
     return app

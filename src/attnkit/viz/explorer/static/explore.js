@@ -130,7 +130,13 @@
       const response = await fetch("api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: sent });
       const answer = await response.json();
       if (!response.ok) { showError(answer.detail || response.statusText); }
-      else { showError(null); answer.bytes = Number(response.headers.get("content-length")) || 0; setData(answer); }
+      else {
+        showError(null);
+        answer.bytes = Number(response.headers.get("content-length")) || 0;
+        const took = /dur=([\d.]+)/.exec(response.headers.get("server-timing") || "");
+        answer.server_ms = took ? Number(took[1]) : null;  // the model and the payload, on the server
+        setData(answer);
+      }
     } catch (err) {
       showError("the explorer server does not answer (" + err.message + "); is `attnkit explore` still running?");
     } finally {
@@ -175,7 +181,8 @@
       const ms = performance.now() - typedAt;
       window.exploreTimings.push(ms);
       typedAt = null;
-      $("status").textContent = "updated in " + ms.toFixed(0) + " ms" + size;
+      const server = data.server_ms === null || data.server_ms === undefined ? "" : " (server " + data.server_ms.toFixed(0) + " ms)";
+      $("status").textContent = "updated in " + ms.toFixed(0) + " ms" + server + size;
     } else if (!STATIC) {
       $("status").textContent = data.blocks.length + " block(s)" + size;
     }
@@ -418,6 +425,7 @@
     if (!STATIC) full = await fetch("api/view", { method: "POST", headers: { "Content-Type": "application/json" }, body: body(true) }).then((r) => r.json());
     const saved = Object.assign({}, full, { state: Object.assign({}, state) });
     delete saved.bytes;
+    delete saved.server_ms;
     const json = JSON.stringify(saved).replace(/</g, "\\u003c");
     return cut(html, "DATA", '<script id="explore-data" type="application/json">' + json + "</script>");
   }
