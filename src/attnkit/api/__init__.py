@@ -14,6 +14,8 @@ Lightning.
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
 - Models (:mod:`attnkit.api.models`): :func:`load_model` (any run or model folder, to generate and
   chat with), :func:`export`, :func:`import_model`.
+- Serving (:mod:`attnkit.api.serving`, needs the ``serve`` extra): :func:`serve` (an OpenAI-compatible
+  server); looking inside live (:mod:`attnkit.api.exploring`, same extra): :func:`explore`.
 - Benchmarks (:mod:`attnkit.api.evaluation`, needs lm_eval): :func:`evaluate_harness`, :func:`harness_table`,
   :func:`harness_json`.
 - :func:`list_tasks` (:mod:`attnkit.api.catalog`) and :func:`tune` (:mod:`attnkit.tuning`, needs Optuna).
