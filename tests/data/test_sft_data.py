@@ -168,8 +168,10 @@ def test_the_loss_gradient_is_exactly_zero_at_prompt_positions(tok: Tokenizer, c
     logits = torch.randn(*inputs.shape, V, requires_grad=True)
 
     class Fixed(torch.nn.Module):
-        def forward(self, ids: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
-            return logits
+        def forward(
+            self, ids: torch.Tensor, document_ids: torch.Tensor | None = None, only: torch.Tensor | None = None
+        ):
+            return logits if only is None else logits[only]
 
     cfg = SFTConfig.model_validate({"model": {"init": "base", "lora": None}})
     lm_config = {"vocab_size": V, "d_model": 8, "num_heads": 2, "num_layers": 1, "dim_feedforward": 8}
@@ -296,6 +298,10 @@ def test_packed_rows_give_each_conversation_its_unpacked_loss(tok: Tokenizer, ch
                 packed[i] = float(losses[r, start:end][kept[r, start:end]].sum())
                 start = end
         assert [packed[i] for i in range(len(examples))] == pytest.approx(unpacked, abs=1e-5, rel=0)
+        batch = collate_examples([[examples[i] for i in r] for r in layout], 0)
+        with torch.no_grad():  # `only`: the head on the counted positions alone, the same logits
+            full, kept = model(batch[0], document_ids=batch[2]), batch[1] != IGNORE_INDEX
+            assert torch.allclose(model(batch[0], document_ids=batch[2], only=kept), full[kept], atol=1e-6)
         # without the document mask the later conversations would see the earlier ones
         first = next(r for r in layout if len(r) > 1)
         inputs, targets, _ = collate_examples([[examples[i] for i in first]], 0)

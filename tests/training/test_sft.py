@@ -52,7 +52,17 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_chat_model(tmp_path_factory.mktemp("sft_base"), context=128)
+    """The ChatML chat model of tests/chat_models.py (2 layers, GQA), widened to 64 (feed-forward 256): at width
+    32 whether the held-out questions are learned depends on the seed (0.75 to 1.0); at 64 it does not (0.96 to
+    1.0 over the seeds tried)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = build_chat_model(tmp_path_factory.mktemp("sft_base"), context=128)
+    config = AutoConfig.from_pretrained(folder)
+    config.hidden_size, config.intermediate_size, config.initializer_range = 64, 256, 0.1
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
 
 
 def _overrides(base: Path, data: dict[str, Path], out: Path, **extra: object) -> dict[str, object]:
@@ -66,6 +76,7 @@ def _overrides(base: Path, data: dict[str, Path], out: Path, **extra: object) ->
         "trainer.progress_bar": False,
         "trainer.report": False,
         "optim.warmup": 10,
+        "seed": 0,
         "output_dir": str(out),
         **extra,
     }
@@ -76,7 +87,7 @@ def run(base: Path, data: dict[str, Path], tmp_path_factory: pytest.TempPathFact
     """Full fine-tuning (``model.lora=null``): the tiny random model learns the table in a few seconds."""
     out = tmp_path_factory.mktemp("sft_runs")
     result = api.train(
-        "sft", **_overrides(base, data, out, **{"model.lora": None, "trainer.max_epochs": 80, "optim.lr": 5e-3})
+        "sft", **_overrides(base, data, out, **{"model.lora": None, "trainer.max_epochs": 50, "optim.lr": 3e-3})
     )
     return result.run_dir
 
@@ -98,6 +109,14 @@ def test_it_learns_and_chat_answers_unseen_questions(run: Path, data: dict[str, 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == [answer for _, answer in questions]
+
+
+def test_test_data_scores_a_conversation_file(run: Path, data: dict[str, Path]) -> None:
+    metrics = api.evaluate(run, data["val"], batch_size=8)
+    stored = json.loads((run / "metrics.json").read_text())["metrics"]
+    assert metrics["test/acc"] == pytest.approx(stored["val/acc"]) and metrics["test/loss"] == pytest.approx(
+        stored["val/loss"], rel=1e-5
+    )
 
 
 def test_serve_answers_with_the_fine_tuned_model(run: Path, data: dict[str, Path], tmp_path: Path) -> None:

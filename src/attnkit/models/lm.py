@@ -303,17 +303,18 @@ class LanguageModel(nn.Module):
         return self.decoder(h, **kwargs), []
 
     def forward(self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None,
-                document_ids: Tensor | None = None) -> Tensor:  # fmt: skip
+                document_ids: Tensor | None = None, only: Tensor | None = None) -> Tensor:  # fmt: skip
         """``ids [B, T]`` -> next-token logits ``[B, T, V]``.
 
         With ``cache`` (from :meth:`new_cache`), ``ids`` are only the new positions: they are
         placed after the ``cache.length`` cached ones (positions offset accordingly) and their
         keys/values are appended to the cache. ``document_ids [B, T]`` (packed rows of several
         documents, :func:`attnkit.nn.document_mask`): each token attends only to its own document
-        (True = may attend, with the causal mask) and positions restart at each document's start.
+        (True = may attend, with the causal mask) and positions restart at each document's start. ``only``
+        (boolean ``[B, T]``): the logits ``[N, V]`` of those positions alone (the head skips the others).
         """
         h, _ = self._hidden(ids, key_padding_mask, cache, False, document_ids)
-        return self.lm_head(h)
+        return self.lm_head(h if only is None else h[only])
 
     def forward_with_attention(
         self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None

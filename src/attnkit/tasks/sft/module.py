@@ -11,7 +11,7 @@ from torchmetrics import Metric
 from attnkit.data.lm.blocks import IGNORE_INDEX
 from attnkit.training.module import ClassifierModule
 
-__all__ = ["SFTModule", "token_losses"]
+__all__ = ["SFTModule", "assistant_loss", "token_losses"]
 
 
 def token_losses(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
@@ -24,6 +24,16 @@ def token_losses(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
     return losses, targets != IGNORE_INDEX
 
 
+def assistant_loss(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """``(loss, logits [N, V], targets [N])`` of a batch ``(inputs, targets, document_ids)``: the mean
+    cross-entropy over the ``N`` counted targets, the head run on those positions only."""
+    inputs, targets, documents = batch
+    keep = targets != IGNORE_INDEX
+    logits = model(inputs, document_ids=documents, only=keep)
+    targets = targets[keep]
+    return F.cross_entropy(logits.float(), targets), logits, targets
+
+
 class SFTModule(ClassifierModule):
     """Cross-entropy of the targets the data counts (the assistant's tokens, each turn's end-of-turn token
     included; every token with ``data.train_on_prompt``), averaged over those tokens of the batch; logs
@@ -31,11 +41,7 @@ class SFTModule(ClassifierModule):
     by tokens (the split's mean per assistant token)."""
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        inputs, targets, documents = batch
-        logits = self.model(inputs, document_ids=documents)
-        keep = targets != IGNORE_INDEX
-        logits, targets = logits[keep], targets[keep]
-        return F.cross_entropy(logits.float(), targets), logits, targets
+        return assistant_loss(self.model, batch)
 
     def _evaluate(self, batch: Any, stage: str) -> Tensor:
         loss, logits, target = self.step(batch)
