@@ -2,7 +2,7 @@
 
 Run::
 
-    .venv/bin/python benchmarks/sft.py                 # 135M-class Llama shape, LoRA r=8, 6 paired rounds
+    .venv/bin/python benchmarks/sft.py --batch 2       # 135M-class Llama shape, LoRA r=8, 6 paired rounds
     .venv/bin/python benchmarks/sft.py --rounds 8 --steps 2
     .venv/bin/python benchmarks/sft.py --quick         # a tiny model, 2 rounds: a smoke test, not a measurement
     .venv/bin/python benchmarks/sft.py --json out.json
@@ -23,14 +23,15 @@ attention projections, AdamW, float32, ``clip_grad_norm_(1.0)``:
 * **B: attnkit, packed** (``data.packing=true``): rows of ``--context`` positions holding several conversations
   (block-diagonal attention, positions restarting), ``--batch`` rows a step.
 * **R: TRL** ``SFTTrainer`` (``assistant_only_loss=True``, ``train_sampling_strategy="group_by_length"`` as A, no
-  packing) with a peft ``LoraConfig`` of the same rank on ``q/k/v/o_proj``, ``--batch`` conversations a step.
+  packing; float32: ``bf16=False``, which TRL otherwise turns on by default; no gradient checkpointing) with a
+  peft ``LoraConfig`` of the same rank on ``q/k/v/o_proj``, ``--batch`` conversations a step.
 
 Throughput is in *real* tokens per second: the conversations' tokens a step trains on (padding excluded) over
 the step's time (forward, backward, clipping, optimiser step; TRL's step as its ``Trainer`` runs it, timed by a
 callback). A *round* times ``--steps`` steps of each after one untimed warm-up step, the order rotating between
 rounds; per round the ratios B/A', B/A and A/R, and the reported figures are their medians with the rounds each
-side won. Peak memory: the resident set's growth over the loaded model during two steps of A and of B, each in its
-own process (``--no-memory`` skips it).
+side won. Peak memory: the largest growth of the resident set (sampled every 5 ms) over the loaded model during
+two steps of A and of B, each in its own process (``--no-memory`` skips it).
 
 Goals (checked, exit status 1 when missed): packing gives at least 1.5x the real tokens/s of plain batches
 (median B/A'), and attnkit is at least as fast as TRL (median A/R >= 1.0). B/A (packing against length-grouped
@@ -44,11 +45,11 @@ import json
 import os
 import platform
 import random
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -70,7 +71,7 @@ from attnkit.data.sft.encode import Example, collate_examples, encode_conversati
 from attnkit.data.sft.module import LengthGroupedBatches
 from attnkit.interop import load_pretrained
 from attnkit.models import LoraConfig, apply_lora
-from attnkit.tasks.sft.module import token_losses
+from attnkit.tasks.sft.module import assistant_loss
 
 CHATML_GENERATION = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
@@ -166,8 +167,7 @@ class Attnkit:
         batch, tokens = batches[self.next[kind] % len(batches)]
         self.next[kind] += 1
         start = time.perf_counter()
-        losses, counted = token_losses(self.model, batch)
-        loss = losses[counted].sum() / counted.sum()
+        loss, _, _ = assistant_loss(self.model, batch)  # the sft task's loss (SFTModule.step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
@@ -204,7 +204,7 @@ class Trl:
             output_dir=tempfile.mkdtemp(prefix="sft-trl-"), assistant_only_loss=True, max_length=args.context,
             per_device_train_batch_size=args.batch, packing=False, report_to="none", use_cpu=True, save_strategy="no",
             logging_strategy="no", learning_rate=1e-4, max_grad_norm=1.0, train_sampling_strategy="group_by_length",
-            dataloader_num_workers=0, seed=args.seed, disable_tqdm=True, gradient_checkpointing=False,
+            dataloader_num_workers=0, seed=args.seed, disable_tqdm=True, gradient_checkpointing=False, bf16=False,
         )  # fmt: skip
         self.new = lambda steps: Counting(
             model=AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32),
@@ -228,10 +228,29 @@ def memory_child(args: argparse.Namespace, folder: Path, kind: str) -> None:
     """(In a child process.) The resident set's growth during two steps of ``kind``, printed as MiB."""
     chats = conversations(args.conversations, args.min_tokens, args.seed)
     run = Attnkit(folder, chats, args)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(2):
-        run.step(kind)
-    print(json.dumps({"peak_growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}))
+    base, peak, done = _rss_kib(), [0], threading.Event()
+
+    def sample() -> None:  # the process's peak (ru_maxrss) is the model's loading: sample the resident set
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_kib())
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for _ in range(2):
+            run.step(kind)
+    finally:
+        done.set()
+        sampler.join()
+    print(json.dumps({"peak_growth_mib": (peak[0] - base) / 1024}))
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
 def main() -> int:
