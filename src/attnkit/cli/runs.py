@@ -34,7 +34,9 @@ def tasks() -> None:
     "--init",
     type=UserPath(),
     help="classify: start from a pretrained BERT encoder (Hugging Face or `attnkit import` folder); lm: from an lm "
-    "run (or its `attnkit export` folder); = model.init=PATH. With model.lora.rank=R only LoRA adapters train.",
+    "run (or its `attnkit export` folder); sft: from a Hugging Face Llama / Mistral / Qwen2 / GPT-2 folder "
+    "(required; LoRA by default, model.lora=null for full fine-tuning); = model.init=PATH. With "
+    "model.lora.rank=R only LoRA adapters train.",
 )
 @click.option(
     "--data", "data_source", type=UserPath(), help="The data file or folder (lm: also a glob); = data.source=PATH."
