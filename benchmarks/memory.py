@@ -21,7 +21,7 @@ per process, no validation, logging or checkpoint callbacks. Each process reads 
 mark (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the most resident memory it ever had, the
 imports and the data included) when training ends, then once more after the run's full checkpoint was
 written (``trainer.save_checkpoint``: FSDP gathers the full weights and Adam states into rank 0's memory
-for it; reported apart, not in the goal).
+for it; reported apart, not in the goal), and the seconds ``trainer.fit`` took (the slower process).
 
 Rounds: every round runs the four configurations (DDP, FSDP, DDP + checkpointing, FSDP + checkpointing),
 in reversed order every other round; the ratio FSDP / DDP is taken within a round, and a round is a win
@@ -179,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parameters = rounds[0][configs[0]][0]["parameters"]
     print(f"\nmodel: lm decoder, {parameters / 1e6:.1f}M parameters; 2 processes, {args.steps} steps of "
           f"{args.batch} x {args.seq_len} tokens per process; {args.rounds} rounds\n")  # fmt: skip
-    print("| run | peak per process (MiB, median of rounds) | rank 0 | rank 1 | with checkpoint write, rank 0 |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| run | peak per process (MiB, median of rounds) | rank 0 | rank 1 | with checkpoint write, rank 0 | "
+          "training s |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     summary: dict[str, dict[str, float]] = {}
     for config in configs:
         runs = [r[config] for r in rounds]
@@ -189,10 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             "rank0_mib": statistics.median(run[0]["peak_mib"] for run in runs),
             "rank1_mib": statistics.median(run[1]["peak_mib"] for run in runs),
             "checkpoint_rank0_mib": statistics.median(run[0]["peak_with_checkpoint_mib"] for run in runs),
+            "train_s": statistics.median(max(p["train_s"] for p in run) for run in runs),
         }
         summary[config] = row
         print(f"| {config} | {row['peak_mib']:,.0f} | {row['rank0_mib']:,.0f} | {row['rank1_mib']:,.0f} | "
-              f"{row['checkpoint_rank0_mib']:,.0f} |")  # fmt: skip
+              f"{row['checkpoint_rank0_mib']:,.0f} | {row['train_s']:.1f} |")  # fmt: skip
 
     checks = {}
     print()

@@ -28,11 +28,12 @@ def test_tiny_run_prints_the_table_and_fails_a_missed_goal(tmp_path: Path) -> No
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-3000:]  # the goal was missed: a failing check
     lines = out.splitlines()
     assert (
-        "| run | peak per process (MiB, median of rounds) | rank 0 | rank 1 | with checkpoint write, rank 0 |" in lines
+        "| run | peak per process (MiB, median of rounds) | rank 0 | rank 1 | with checkpoint write, rank 0 | "
+        "training s |" in lines
     )
     for name in ("ddp", "fsdp"):
         cells = next(line for line in lines if line.startswith(f"| {name} |")).strip("|").split("|")
-        assert len(cells) == 5 and all(float(c.replace(",", "")) > 0 for c in cells[1:])
+        assert len(cells) == 6 and all(float(c.replace(",", "")) > 0 for c in cells[1:])
     assert any(line.startswith("fsdp / ddp peak per process: median ") for line in lines)
     assert "rounds within the goal: 0 of 1, above it: 1" in out
     assert "goal: FSDP <= 0.01 x DDP peak per process (median over rounds): FAIL" in lines

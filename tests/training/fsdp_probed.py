@@ -6,7 +6,9 @@ the model really was sharded.
 
 Each record gets, besides ``probed_cli``'s: ``dtensors`` (whether every parameter of the model is a
 DTensor after the first training step), ``local_numel`` and ``numel`` (the parameters' elements on this process
-and in all), ``units`` (the names of the model's FSDP modules, ``""`` for the model itself) and
+and in all), ``units`` (the names of the model's FSDP modules, ``""`` for the model itself),
+``grads_after_step`` (how many parameters still had a gradient after the first optimiser step),
+``mmap_threshold_fixed`` (the results of the process's calls of ``fix_mmap_threshold``) and
 ``losses`` (every training batch's loss).
 """
 
@@ -62,6 +64,8 @@ def _sharding_probe(probe_dir: Path, label: str, pause_at: int | None = None) ->
                 self.record["local_numel"] = sum(t.numel() for t in local)
                 self.record["numel"] = sum(p.numel() for p in params)
                 self.record["units"] = [n for n, m in model.named_modules() if isinstance(m, FSDPModule)]
+                self.record["grads_after_step"] = sum(p.grad is not None for p in params)
+                self.record["mmap_threshold_fixed"] = FIXED
                 self.record["losses"] = []
             self.record["losses"].append(float(outputs["loss"]))
             super().on_train_batch_end(trainer, pl_module, outputs, *args)
@@ -70,7 +74,20 @@ def _sharding_probe(probe_dir: Path, label: str, pause_at: int | None = None) ->
 
 
 probed_cli_probe = probed_cli.probe
+FIXED: list[bool] = []  # what each call of attnkit.training.module's fix_mmap_threshold returned
+
+
+def _recording_fix(original: Any) -> Any:
+    def fix(*args: Any, **kwargs: Any) -> bool:
+        FIXED.append(original(*args, **kwargs))
+        return FIXED[-1]
+
+    return fix
+
 
 if __name__ == "__main__":
+    from attnkit.training import module
+
     probed_cli.probe = _sharding_probe
+    module.fix_mmap_threshold = _recording_fix(module.fix_mmap_threshold)
     probed_cli.main()

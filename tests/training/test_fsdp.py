@@ -10,7 +10,10 @@ it resumes where it stopped, as a DDP run does (test_preemption.py's checks)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,8 @@ def _assert_sharded(records: list[dict], units: list[str]) -> None:
     for r in records:
         assert r["dtensors"] and r["units"] == units, r
         assert r["local_numel"] < 0.6 * r["numel"]
+        assert r["grads_after_step"] == 0  # dropped at the step, not held through the next forward pass
+        assert r["mmap_threshold_fixed"] == [True]  # glibc here: freed buffers go back to the system
     assert sum(r["local_numel"] for r in records) == records[0]["numel"]  # disjoint shards of the whole
 
 
@@ -105,7 +110,8 @@ def test_fsdp_trains_as_ddp_and_its_checkpoint_loads_without_the_strategy(tmp_pa
     fsdp = fsdp_probed.run(probes, "fsdp", *out, "name=fsdp", *LM, "trainer.strategy=fsdp", world=2)
     ddp = fsdp_probed.run(probes, "ddp", *out, "name=ddp", *LM, "trainer.strategy=ddp", world=2)
     _assert_sharded(fsdp, ["", "decoder.layers.0", "decoder.layers.1"])
-    assert not any(r["dtensors"] or r["units"] for r in ddp)
+    assert not any(r["dtensors"] or r["units"] or r["mmap_threshold_fixed"] for r in ddp)
+    assert all(r["grads_after_step"] > 0 for r in ddp)  # DDP: Lightning's order, dropped before the next backward
     for sharded, replicated in zip(fsdp, ddp):
         assert sharded["steps"] == replicated["steps"] and sharded["steps"]  # the same batches and learning rates
         torch.testing.assert_close(sharded["losses"], replicated["losses"], rtol=0, atol=1e-5)
@@ -209,6 +215,33 @@ def test_every_block_is_its_own_unit_and_bf16_mixed_computes_in_bfloat16(one_pro
     assert seen == [torch.bfloat16]  # computed in bfloat16 ...
     assert {p.dtype for p in module.model.parameters()} == {torch.float32}  # ... kept in float32
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in module.model.parameters())
+
+
+HEAP = """
+import sys, torch
+from attnkit.training.sharding import fix_mmap_threshold
+
+def rss_mib():
+    return next(int(line.split()[1]) / 1024 for line in open("/proc/self/status") if line.startswith("VmRSS"))
+
+if sys.argv[1] == "fix":
+    assert fix_mmap_threshold()
+big = torch.ones(2 << 20)  # 8 MiB with its own map, freed: glibc's threshold would grow to 8 MiB
+del big
+before = rss_mib()
+blocks = [torch.ones(1 << 20) for _ in range(40)]  # 40 x 4 MiB (a block's matrices, unsharded)
+del blocks[:-1]  # all but the last freed, as FSDP frees a block's full weights after using them
+print(rss_mib() - before)
+"""
+
+
+@pytest.mark.parametrize(("fix", "most", "least"), [("fix", 0, 20), ("no", 120, 1e9)])
+def test_fix_mmap_threshold_returns_freed_tensors_to_the_system(tmp_path: Path, fix: str, most: float, least: float):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", HEAP, fix], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    retained = float(out.stdout)  # MiB still resident of the 156 MiB freed
+    assert most <= retained < least, retained  # without the fix, glibc's heap kept them
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -15,7 +15,7 @@ from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lor
 from attnkit.training.config import OptimConfig
 from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
-from attnkit.training.sharding import ShardingPlan, is_sharded, shard_model
+from attnkit.training.sharding import ShardingPlan, fix_mmap_threshold, is_sharded, shard_model
 
 __all__ = ["ClassifierModule", "TaskModule"]
 
@@ -65,12 +65,23 @@ class TaskModule(L.LightningModule):
 
     def configure_model(self) -> None:
         """Lightning's hook, before the optimiser is made: shard the model for ``trainer.strategy=fsdp``
-        (:mod:`attnkit.training.sharding`; once, also when fit, validate and test each call it)."""
+        (:mod:`attnkit.training.sharding`; once, also when fit, validate and test each call it). On
+        the CPU, large buffers freed are then returned to the system (:func:`fix_mmap_threshold`)."""
         if self.sharding is not None and not is_sharded(self.model):
             mesh = self.device_mesh  # ModelParallelStrategy's (sharding.strategy_for)
             if mesh is None:
                 raise RuntimeError("trainer.strategy=fsdp: the Trainer's strategy made no device mesh to shard over")
+            if self.device.type == "cpu":
+                fix_mmap_threshold()
             shard_model(self.model, mesh["data_parallel"], self.sharding)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Lightning's step; a sharded model's gradients are then dropped at once (Lightning would drop
+        them only before the next backward pass, holding them through the next forward pass). Steps
+        come only at the end of a step's accumulated batches: nothing accumulated is lost."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        if self.sharding is not None:
+            optimizer.zero_grad(set_to_none=True)
 
     def metrics(self) -> dict[str, Metric]:
         """The validation and test metrics, logged as ``<stage>/<name>`` per epoch; each gets

@@ -18,10 +18,22 @@ and FSDP2 is the API PyTorch develops.
   ``attnkit test``, ``generate``, ``export``, ``chat`` and ``--resume`` read them without the strategy,
   and a sharded run can be resumed as a DDP run (or the other way round). Gathering costs the full
   model's size in rank 0's CPU memory while a checkpoint is written.
+- **CPU memory**: FSDP gathers each block's full weights and makes its full gradients anew in every
+  step, then frees them. glibc's ``malloc`` raises its threshold for serving a request with its own
+  memory map to the size of the largest one freed (up to 32 MiB), so from the first step on these
+  buffers (a block's 4-16 MiB matrices) came from its heap, where the holes they left stayed resident:
+  about 0.8 GiB per process more than the shards, gradients and Adam states of a 302M-parameter
+  decoder (``benchmarks/memory.py``). A sharded run on the CPU therefore fixes that threshold at
+  glibc's initial 128 KiB (:func:`fix_mmap_threshold`): a large buffer is returned to the system when
+  it is freed. It also drops the gradients right after each optimiser step rather than before the
+  next backward pass (Lightning's order), so that the next forward pass does not hold them.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +50,7 @@ __all__ = [
     "FSDP",
     "FSDP_PRECISIONS",
     "ShardingPlan",
+    "fix_mmap_threshold",
     "is_sharded",
     "set_activation_checkpointing",
     "shard_model",
@@ -45,6 +58,8 @@ __all__ = [
     "strategy_for",
     "transformer_stacks",
 ]
+
+log = logging.getLogger(__name__)
 
 FSDP = "fsdp"
 # trainer.precision -> the dtype FSDP computes in (None: the parameters' own, float32).
@@ -138,3 +153,23 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, plan: ShardingPlan) -> None:
         for block in stack.layers:
             fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+# mallopt's parameter number of M_MMAP_THRESHOLD (glibc's malloc.h).
+_M_MMAP_THRESHOLD = -3
+
+
+def fix_mmap_threshold(threshold: int = 128 * 1024) -> bool:
+    """Fix glibc ``malloc``'s threshold above which a request gets its own memory map (returned to the
+    system when freed) at ``threshold`` bytes, glibc's initial value by default: it no longer grows to
+    the size of the largest block freed (see the module's notes on CPU memory). Affects the whole
+    process; returns whether it was set (``False`` where the C library is not glibc)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+    except OSError:
+        return False
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):  # not glibc: nothing to fix
+        log.debug("fix_mmap_threshold: the C library (%s) is not glibc; left as it is", name)
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
