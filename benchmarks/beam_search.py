@@ -48,10 +48,10 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.data.translate.module import PairsDataModule
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer, beam_search, greedy_decode
 from attnkit.tasks.translate import TranslateConfig, TranslateTask
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.schedule import CosineWarmupScheduler
 from encoder_block import calibrate, loadavg, rel_iqr, time_interleaved
 

@@ -36,7 +36,7 @@ characters, in worker processes where :func:`attnkit.data.encode.tokenize_worker
 word and BPE on 8 MB or more, one per core; :func:`attnkit.data.encode.fast_encoder` in each:
 vectorised for char, :class:`attnkit.data.chunk_encoder.ChunkEncoder` for word and BPE: each distinct chunk
 of text encoded once and remembered for the rest of the build, BPE's new pieces by
-:class:`attnkit.data.byte_pairs.BytePairs`) on 5 MB of generated documents, or with ``--text FILE`` on
+:class:`attnkit.text.byte_pairs.BytePairs`) on 5 MB of generated documents, or with ``--text FILE`` on
 the first ``--text-mb`` MB of a real text file's documents; median of ``--rounds``, new encoders each
 round (nothing remembered from an earlier round), side by side in the same process with the same in
 one process and with the reference **0.1 way**: one ``tokenizer.encode`` per document into Python
@@ -263,7 +263,7 @@ def tokenize_rates(rounds: int, text: Path | None = None, text_mb: float = 30.0)
     from attnkit.data.encode import encode_batches, tokenize_workers
     from attnkit.data.generators.grammar import generate_grammar_corpus
     from attnkit.data.lm.module import LanguageModelDataModule
-    from attnkit.data.tokenizers import build_tokenizer
+    from attnkit.text.tokenizers import build_tokenizer
 
     if text is None:
         pool = generate_grammar_corpus(20000, seed=1)

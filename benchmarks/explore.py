@@ -47,10 +47,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
-    from attnkit.data.tokenizers import build_tokenizer
+    from attnkit.text.tokenizers import build_tokenizer
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from attnkit.data.tokenizers import build_tokenizer
+    from attnkit.text.tokenizers import build_tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
 from check_site import CHROMIUM_ARGS, find_chromium  # the docs check's browser flags
 

@@ -51,10 +51,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
-    from attnkit.data.tokenizers import build_tokenizer
+    from attnkit.text.tokenizers import build_tokenizer
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from attnkit.data.tokenizers import build_tokenizer
+    from attnkit.text.tokenizers import build_tokenizer
 from attnkit.models import LanguageModel, LanguageModelConfig
 from attnkit.serve import Engine, Failed, Finished, SamplingParams
 from encoder_block import calibrate, loadavg

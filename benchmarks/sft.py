@@ -65,13 +65,13 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import attnkit
 
-from attnkit.data.chat import ChatTemplate
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.data.sft.encode import Example, collate_examples, encode_conversation, make_example, pack_examples
 from attnkit.data.sft.module import LengthGroupedBatches
 from attnkit.interop import load_pretrained
 from attnkit.models import LoraConfig, apply_lora
 from attnkit.tasks.sft.module import assistant_loss
+from attnkit.text.chat import ChatTemplate
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 
 CHATML_GENERATION = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"

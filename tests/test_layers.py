@@ -31,6 +31,7 @@ LAYERS = {
     "models": 2,
     "interop": 3,  # imports attnkit.data (PretrainedTokenizer, text tokenizers); data never imports it
     "data": 3,
+    "text": 3,  # tokenizers, chat templates, stop strings: data and interop import it, it imports neither
     "training": 4,
     "tasks": 4,
     "cli": 5,

@@ -41,9 +41,9 @@ import torch
 
 import attnkit
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.tokenizers import tokenizer_from_dict
 from attnkit.models.generation import top_k_filter, top_p_filter
 from attnkit.tasks.lm import generate_text
+from attnkit.text.tokenizers import tokenizer_from_dict
 
 # %% [markdown]
 # ## A text file

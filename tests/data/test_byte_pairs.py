@@ -1,4 +1,4 @@
-"""attnkit.data.byte_pairs.BytePairs: byte-level BPE of many pieces at once gives Hugging Face's ids, and
+"""attnkit.text.byte_pairs.BytePairs: byte-level BPE of many pieces at once gives Hugging Face's ids, and
 is refused (None: Hugging Face encodes) for merge lists where its steps could differ."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-from attnkit.data.byte_pairs import BytePairs, split_ascii_bpe
 from attnkit.data.encode import fast_encoder
-from attnkit.data.tokenizer_kinds import kind_spec
-from attnkit.data.tokenizers import Tokenizer, build_tokenizer
+from attnkit.text.byte_pairs import BytePairs, split_ascii_bpe
+from attnkit.text.tokenizer_kinds import kind_spec
+from attnkit.text.tokenizers import Tokenizer, build_tokenizer
 
 RUNS = ["a" * 9, "aa", "!" * 7, " " * 6, "ab" * 5, "0" * 8, "x" * 3 + "y" * 5, "\n" * 4, ".-" * 4]
 

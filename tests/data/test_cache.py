@@ -16,7 +16,7 @@ from attnkit.data.encode import fast_encoder
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.lm.module import LanguageModelDataModule
 from attnkit.data.readers.text_files import read_corpus
-from attnkit.data.tokenizers import build_tokenizer
+from attnkit.text.tokenizers import build_tokenizer
 
 
 def _corpus(folder: Path, name: str = "c.txt", n: int = 30) -> Path:

@@ -1,4 +1,4 @@
-"""Chat templates (attnkit.data.chat) against transformers' ``apply_chat_template`` on three real template
+"""Chat templates (attnkit.text.chat) against transformers' ``apply_chat_template`` on three real template
 styles: ChatML (Qwen2.5), Llama 3.2 and Mistral v0.3 ``[INST]``, whose template texts are stored under
 ``chat_templates/``. Each style gets a model folder as Hugging Face saves one: a small byte-level BPE
 (``tokenizers``, trained here on a few sentences) with the style's special tokens, ``tokenizer_config.json``
@@ -15,7 +15,7 @@ import transformers
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
-from attnkit.data.chat import (
+from attnkit.text.chat import (
     ChatTemplate,
     ChatTemplateError,
     check_messages,
@@ -24,8 +24,8 @@ from attnkit.data.chat import (
     stop_ids,
     stop_strings,
 )
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, build_tokenizer
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, build_tokenizer
 
 HERE = Path(__file__).parent / "chat_templates"
 CORPUS = [

@@ -18,7 +18,7 @@ from attnkit.data.cache import token_dtype
 from attnkit.data.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
 from attnkit.data.encode import fast_encoder
 from attnkit.data.generators.grammar import generate_grammar_corpus
-from attnkit.data.tokenizers import Tokenizer, build_tokenizer
+from attnkit.text.tokenizers import Tokenizer, build_tokenizer
 
 KINDS = ["word", "bpe"]
 # Pieces where GPT-2's regex and WORD_PATTERN are easy to get wrong: contractions, whitespace runs

@@ -13,7 +13,7 @@ from attnkit.data.lm.blocks import IGNORE_INDEX, pack_documents
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.lm.module import LanguageModelDataModule
 from attnkit.data.readers.text_files import read_corpus, split_documents
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer
 
 
 def test_split_documents_on_blank_lines_and_lines():

@@ -9,10 +9,10 @@ import torch
 
 from attnkit.data.generators.numbers import english_number, number_pairs, spanish_number
 from attnkit.data.readers.pairs import read_pairs
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.dataset import PickedItems, split_pairs, tokenizers_from_artifacts
 from attnkit.data.translate.module import PairsDataModule
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # ---------------------------------------------------------------------- numbers
 NUMBERS = [

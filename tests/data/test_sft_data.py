@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.data.chat import ChatTemplate, encode_chat
 from attnkit.data.lm.blocks import IGNORE_INDEX
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.data.readers.chats import read_chats
 from attnkit.data.sft.config import SFTDataConfig
 from attnkit.data.sft.encode import collate_examples, encode_conversation, make_example, pack_examples
 from attnkit.data.sft.module import LengthGroupedBatches, SFTDataModule
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.models import LanguageModel
 from attnkit.tasks.sft.module import token_losses
+from attnkit.text.chat import ChatTemplate, encode_chat
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.text.tokenizers import Tokenizer
 from chat_models import build_chat_model
 
 TEMPLATES = Path(__file__).parent / "chat_templates"

@@ -21,11 +21,11 @@ from attnkit.data.classify.splits import load_splits
 from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.readers.pairs import read_pairs
 from attnkit.data.splits import group_split
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, build_tokenizer
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.dataset import split_pairs
 from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks import get_task
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, build_tokenizer
 
 SPLITS = ("train", "val", "test")
 

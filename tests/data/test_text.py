@@ -18,7 +18,7 @@ from attnkit.data.collate import collate_text_batch
 from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.readers.imdb import load_imdb
 from attnkit.data.splits import stratified_split
-from attnkit.data.tokenizers import PAD, UNK, build_tokenizer, tokenizer_from_dict
+from attnkit.text.tokenizers import PAD, UNK, build_tokenizer, tokenizer_from_dict
 
 # ---------------------------------------------------------------------------------------- tokenizer
 

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.data.tokenizers import (
+from attnkit.text.tokenizers import (
     BOS,
     BOS_ID,
     EOS,
@@ -318,7 +318,7 @@ def test_pretrained_tokenizer_of_attnkit_0_1_still_loads():
 
 
 def test_save_writes_one_tokenizer_json(tmp_path):
-    from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
+    from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 
     tok = _build("word")
     tok.save(tmp_path)
@@ -339,7 +339,7 @@ def _log_text(n_lines: int, seed: int = 0) -> str:
 
 @pytest.mark.parametrize("kind", ["word", "bpe"])
 def test_a_huge_document_is_trained_on_in_parts_with_the_same_vocabulary(kind: str, monkeypatch: pytest.MonkeyPatch):
-    import attnkit.data.tokenizers as tokenizers_module
+    import attnkit.text.tokenizers as tokenizers_module
 
     text = _log_text(70_000)  # about 2.5 MB in one text
     assert len(text) > 2 * (1 << 20)
@@ -363,8 +363,8 @@ def test_a_huge_document_is_trained_on_in_parts_with_the_same_vocabulary(kind: s
     size=st.integers(1, 20),
 )
 def test_cut_long_texts_cuts_where_both_splits_are_unchanged(text: str, size: int):
-    from attnkit.data.tokenizer_kinds import kind_spec
-    from attnkit.data.tokenizers import WORD_PATTERN, cut_long_texts
+    from attnkit.text.tokenizer_kinds import kind_spec
+    from attnkit.text.tokenizers import WORD_PATTERN, cut_long_texts
 
     parts = list(cut_long_texts([text], size))
     assert "".join(parts) == text and (all(parts) or parts == [text])

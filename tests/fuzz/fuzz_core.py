@@ -233,7 +233,7 @@ class Assets:
 
     @cached_property
     def tokenizer(self) -> Any:
-        from attnkit.data.tokenizers import build_tokenizer
+        from attnkit.text.tokenizers import build_tokenizer
 
         return build_tokenizer("char", ["abc def", "ghi"])
 

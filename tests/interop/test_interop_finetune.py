@@ -12,11 +12,11 @@ import yaml
 from cli_helpers import run_cli
 
 from attnkit.api import build_config
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import import_model, load_encoder, load_model, read_model_info
 from attnkit.models import BertClassifier
 from attnkit.tasks import get_task, load_run
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.runner import build_module
 
 FINETUNE = [

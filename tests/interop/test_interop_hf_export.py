@@ -14,11 +14,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 import attnkit
 from attnkit.cli import main
 from attnkit.data.lm.blocks import tokenizer_of
-from attnkit.data.tokenizers import build_tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import export_hf, hf_tokenizer, import_model, load_pretrained
 from attnkit.models import BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
 from attnkit.tasks import load_run
+from attnkit.text.tokenizers import build_tokenizer
 from conftest import corpus
 
 TOL = 1e-5

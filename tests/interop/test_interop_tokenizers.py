@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import BertTokenizer, GPT2Tokenizer
 
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 from conftest import SENTENCES
 
 

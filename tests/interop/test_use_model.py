@@ -13,9 +13,9 @@ import torch
 from cli_helpers import QUIET_TRAINING, run_cli
 
 from attnkit import api
-from attnkit.data.framing import document_bounds, document_ids, prompt_ids
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
+from attnkit.text.framing import document_bounds, document_ids, prompt_ids
 from chat_models import build_chat_model
 
 SENTENCES = [

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.data.chat import ChatTemplate
 from attnkit.data.lm.blocks import IGNORE_INDEX
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.data.sft.encode import collate_examples, encode_conversation, make_example
 from attnkit.interop import load_pretrained
 from attnkit.tasks.sft.module import token_losses
+from attnkit.text.chat import ChatTemplate
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 from chat_models import build_chat_model
 
 CHATML_GENERATION = (

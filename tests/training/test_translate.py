@@ -14,10 +14,10 @@ import attnkit
 from attnkit.api import build_config
 from attnkit.config import ConfigError
 from attnkit.data.generators.numbers import english_number, spanish_number
-from attnkit.data.tokenizers import tokenizer_from_dict
 from attnkit.errors import CheckpointError
 from attnkit.tasks import load_run
 from attnkit.tasks.translate import corpus_scores, read_lines, translate_run, translate_texts
+from attnkit.text.tokenizers import tokenizer_from_dict
 
 TINY = [
     "data.num_pairs=5000",

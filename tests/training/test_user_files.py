@@ -19,12 +19,12 @@ from attnkit.data.anomaly.config import AnomalyDataConfig
 from attnkit.data.anomaly.features import load_item_features
 from attnkit.data.classify.splits import load_table
 from attnkit.data.readers.text_files import read_corpus
-from attnkit.data.tokenizers import BOS_ID, EOS_ID
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks import load_run
 from attnkit.tasks.lm import generate_text
 from attnkit.tasks.translate import translate_texts
+from attnkit.text.tokenizers import BOS_ID, EOS_ID
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False, "trainer.max_epochs": 1}
 

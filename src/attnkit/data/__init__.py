@@ -1,4 +1,4 @@
-"""Tokenizers, datasets and data modules; real file formats, tested on small generated files.
+"""Datasets and data modules; real file formats, tested on small generated files (tokenizers: :mod:`attnkit.text`).
 
 One package per task (``anomaly``, ``classify``, ``lm``, ``reverse``, ``translate``): its ``config``
 module describes the task's ``data`` section without importing Lightning; its ``module`` holds the
@@ -16,20 +16,15 @@ from attnkit.data.readers.imdb import load_imdb
 from attnkit.data.readers.tables import read_table
 from attnkit.data.reverse.config import ReverseDataConfig
 from attnkit.data.splits import stratified_split
-from attnkit.data.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 from attnkit.data.translate.config import PairsDataConfig
 
 __all__ = [
-    "PAD",
-    "UNK",
     "AnomalyDataConfig",
     "ClassifyDataConfig",
     "LMDataConfig",
     "PairsDataConfig",
     "ReverseDataConfig",
     "TextSplits",
-    "Tokenizer",
-    "build_tokenizer",
     "generate_synthetic_corpus",
     "load_imdb",
     "load_splits",
@@ -37,5 +32,4 @@ __all__ = [
     "read_table",
     "reverse_sequences",
     "stratified_split",
-    "tokenizer_from_dict",
 ]

@@ -1,15 +1,15 @@
 """The chunk encoder: many documents into one token stream, with exactly the ids of Hugging Face ``tokenizers``.
 
-:class:`ChunkEncoder` serves the kinds whose :class:`~attnkit.data.tokenizer_kinds.KindSpec` has a
+:class:`ChunkEncoder` serves the kinds whose :class:`~attnkit.text.tokenizer_kinds.KindSpec` has a
 ``chunks`` split (``word`` and ``bpe``; :func:`fits` says when). Their
-pre-tokenizers (GPT-2's byte-level regex; :data:`attnkit.data.tokenizers.WORD_PATTERN`) run at about
+pre-tokenizers (GPT-2's byte-level regex; :data:`attnkit.text.tokenizers.WORD_PATTERN`) run at about
 1.6 MB/s in ``tokenizers``, but the ids of a piece do not depend on the text around it. So the text
 is cut into *chunks* at spaces where a piece certainly starts; each distinct chunk is encoded once
 and remembered across calls (a table row of ids), and the stream is gathered from the table with
 NumPy. A new ASCII chunk is split into pieces as the tokenizer splits ASCII text (the kind's
-``chunks.pieces``; for BPE, most of them by :func:`~attnkit.data.byte_pairs.split_ascii_bpe`, the
+``chunks.pieces``; for BPE, most of them by :func:`~attnkit.text.byte_pairs.split_ascii_bpe`, the
 same split in NumPy) and each distinct piece is encoded once and remembered (a second table,
-gathered from the same way): BPE's by :class:`~attnkit.data.byte_pairs.BytePairs` (Hugging Face's
+gathered from the same way): BPE's by :class:`~attnkit.text.byte_pairs.BytePairs` (Hugging Face's
 byte-level BPE in NumPy, many pieces at once, the same ids),
 word's by Hugging Face; any other chunk is encoded whole by Hugging Face. The new ASCII chunks of a
 call that end in ``!`` to ``~`` are split in one pass over their texts joined (see
@@ -43,9 +43,9 @@ import json
 
 import numpy as np
 
-from attnkit.data.byte_pairs import BytePairs, split_ascii_bpe
-from attnkit.data.tokenizer_kinds import kind_spec
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.byte_pairs import BytePairs, split_ascii_bpe
+from attnkit.text.tokenizer_kinds import kind_spec
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["SEP", "ChunkEncoder", "fits", "merge_unsafe_cuts", "safe_chunks"]
 
@@ -59,7 +59,7 @@ _MARKS = [chr(c) for c in range(1, 32)]  # marks the safe spaces: one the text d
 
 def fits(tokenizer: Tokenizer) -> bool:
     """Whether :class:`ChunkEncoder` gives ``tokenizer``'s ids: a tokenizer of a kind with a ``chunks``
-    split (``word``, ``bpe``) and the pipeline :func:`attnkit.data.tokenizers.build_tokenizer` makes
+    split (``word``, ``bpe``) and the pipeline :func:`attnkit.text.tokenizers.build_tokenizer` makes
     (no normaliser, the kind's own pre-tokenizer, no post-processor, BPE without dropout, every
     added token special and read as text, ``<bos>`` and ``<eos>`` present)."""
     split = kind_spec(tokenizer.kind).chunks

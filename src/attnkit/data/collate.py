@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attnkit.data.tokenizer_kinds import EOS_ID, PAD_ID
+from attnkit.text.tokenizer_kinds import EOS_ID, PAD_ID
 
 __all__ = [
     "BatchedTensorDataset",

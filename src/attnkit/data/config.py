@@ -8,7 +8,7 @@ A task's data config inherits the groups of fields it uses and adds only its own
 * :class:`GroupColumnConfig`: ``group_column``, the table column that keeps groups in one split;
 * :class:`TokenCacheConfig`: ``vocab_size``, ``min_freq`` and the token cache's ``cache_dir``;
 * :class:`TokenizerKindConfig`: ``tokenizer``, one of the registered trainable kinds
-  (:data:`attnkit.data.tokenizers.TOKENIZER_KINDS`).
+  (:data:`attnkit.text.tokenizers.TOKENIZER_KINDS`).
 
 A task whose default or bounds differ from the shared ones says so in ``field_overrides``
 (:class:`attnkit.config.StrictModel`); the field itself is not declared again. Nothing here imports Lightning.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from attnkit.config import StrictModel
-from attnkit.data.tokenizer_kinds import TOKENIZER_KINDS, kind_names
+from attnkit.text.tokenizer_kinds import TOKENIZER_KINDS, kind_names
 
 __all__ = [
     "DataConfig",
@@ -105,7 +105,7 @@ class TokenCacheConfig(DataConfig):
 
 
 class TokenizerKindConfig(TokenCacheConfig):
-    """A tokenizer of a registered trainable kind (see :mod:`attnkit.data.tokenizers`)."""
+    """A tokenizer of a registered trainable kind (see :mod:`attnkit.text.tokenizers`)."""
 
     tokenizer: TrainableKind = "word"
 

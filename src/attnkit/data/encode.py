@@ -1,7 +1,7 @@
 """The token cache's encoder: documents to ``(tokens, lengths)`` with exactly the ids of ``Tokenizer.encode``.
 
 :func:`fast_encoder` picks the fastest way a tokenizer's kind allows (its
-:class:`~attnkit.data.tokenizer_kinds.KindSpec`): a vectorised lookup of code points (``char``),
+:class:`~attnkit.text.tokenizer_kinds.KindSpec`): a vectorised lookup of code points (``char``),
 :class:`attnkit.data.chunk_encoder.ChunkEncoder` (``word``, ``bpe``), or Hugging Face's
 ``encode_batch``. :func:`encode_batches` runs encoders in worker processes, one per core
 (:func:`tokenize_workers`), for the token cache of a large corpus.
@@ -22,9 +22,9 @@ import numpy as np
 
 from attnkit.data.cache import token_dtype
 from attnkit.data.chunk_encoder import ChunkEncoder, fits
-from attnkit.data.framing import document_bounds
-from attnkit.data.tokenizer_kinds import kind_spec
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, tokenizer_from_dict
+from attnkit.text.framing import document_bounds
+from attnkit.text.tokenizer_kinds import kind_spec
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, tokenizer_from_dict
 
 __all__ = ["PARALLEL_BYTES", "encode_batches", "fast_encoder", "tokenize_workers"]
 
@@ -33,7 +33,7 @@ Encoded = tuple[np.ndarray, np.ndarray]  # (tokens, lengths) of a list of docume
 
 def fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
     """``docs -> (tokens, lengths)``: each document as ``<bos> ids <eos>`` (a pretrained tokenizer: as
-    :func:`attnkit.data.framing.document_ids` frames it), concatenated (the token
+    :func:`attnkit.text.framing.document_ids` frames it), concatenated (the token
     cache's dtype), and the number of ids of each (``int64``).
 
     ``char``: a vectorised lookup of the code points (the same ids as ``tokenizer.encode``, tested;
@@ -70,7 +70,7 @@ def fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray
     head, tail = [bos] if bos is not None else [], [eos] if eos is not None else []
 
     def encode_hf(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        if tokenizer.spec.pretrained:  # framed as the model's documents (attnkit.data.framing)
+        if tokenizer.spec.pretrained:  # framed as the model's documents (attnkit.text.framing)
             body = tokenizer.backend.encode_batch_fast(list(docs), add_special_tokens=False)
             ids = [[*head, *e.ids, *tail] for e in body]
         else:

@@ -20,10 +20,10 @@ from safetensors.torch import save_model as _save_safetensors_model
 from torch import nn
 
 from attnkit.config import validate_config
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.models import MODELS, StrictModel, build_model
 from attnkit.models.lora import is_lora, merge_lora
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.version import __version__
 
 __all__ = [

@@ -19,13 +19,13 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import processors
 from torch import nn
 
-from attnkit.data.tokenizer_kinds import kind_names
-from attnkit.data.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop.gpt2 import gpt2_problems, gpt2_rules, hf_gpt2_config
 from attnkit.interop.llama import hf_llama_config, llama_family, llama_problems, llama_rules
 from attnkit.interop.weights import export_state_dict
 from attnkit.models import LanguageModel
+from attnkit.text.tokenizer_kinds import kind_names
+from attnkit.text.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 
 __all__ = ["export_hf", "hf_tokenizer"]
 
@@ -35,7 +35,7 @@ _PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen
 
 def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None) -> str:
     """Write ``model`` (a :class:`LanguageModel`) and ``tokenizer`` (an attnkit
-    :class:`~attnkit.data.tokenizers.Tokenizer` of kind pretrained, char, word or bpe; optional) to
+    :class:`~attnkit.text.tokenizers.Tokenizer` of kind pretrained, char, word or bpe; optional) to
     ``folder`` as a Hugging Face checkpoint; returns the ``model_type`` written. Weights are
     float32; tied weights are stored once."""
     if not isinstance(model, LanguageModel):
@@ -78,7 +78,7 @@ def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None
 
 
 def hf_tokenizer(tokenizer: Any) -> Tokenizer:
-    """``tokenizer`` as a ``"pretrained"`` :class:`~attnkit.data.tokenizers.Tokenizer` whose
+    """``tokenizer`` as a ``"pretrained"`` :class:`~attnkit.text.tokenizers.Tokenizer` whose
     ``tokenizer.json`` Hugging Face loads and runs as attnkit does.
 
     A pretrained model's tokenizer is written as it is. A generation tokenizer (``char``, ``word``,

@@ -12,14 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.chat import ChatTemplate, encode_chat, eos_token_ids, read_generation_config
-from attnkit.data.chat import stop_ids as chat_stop_ids
-from attnkit.data.chat import stop_strings as chat_stop_strings
 from attnkit.data.collate import pad_sequences
-from attnkit.data.framing import prompt_ids
-from attnkit.data.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.data.stops import StopText
-from attnkit.data.tokenizers import StreamDecoder, Tokenizer, tokenizer_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
 from attnkit.interop.export import INFO_FILE, load_model, read_model_info, save_model
@@ -27,6 +20,13 @@ from attnkit.interop.gpt2 import gpt2_config, gpt2_ignored, gpt2_rules, normaliz
 from attnkit.interop.llama import llama_config, llama_ignored, llama_rules, normalize_llama_names
 from attnkit.interop.weights import convert_state_dict, load_weights, weight_names
 from attnkit.models import BertClassifier, BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
+from attnkit.text.chat import ChatTemplate, encode_chat, eos_token_ids, read_generation_config
+from attnkit.text.chat import stop_ids as chat_stop_ids
+from attnkit.text.chat import stop_strings as chat_stop_strings
+from attnkit.text.framing import prompt_ids
+from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
+from attnkit.text.stops import StopText
+from attnkit.text.tokenizers import StreamDecoder, Tokenizer, tokenizer_from_dict
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -147,7 +147,7 @@ class Pretrained:
         return chat_stop_strings(self._text_tokenizer(), self.template)
 
     def encode_prompt(self, text: str) -> list[int]:
-        """The ids the decoder continues for ``text`` (:func:`attnkit.data.framing.prompt_ids`: its BOS where
+        """The ids the decoder continues for ``text`` (:func:`attnkit.text.framing.prompt_ids`: its BOS where
         the model's documents start with one; never empty)."""
         return prompt_ids(self._text_tokenizer(), text)
 

@@ -28,11 +28,11 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.models.utils import Collator
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from attnkit.data.framing import body_ids, document_bounds
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
 from attnkit.tasks import load_model
+from attnkit.text.framing import body_ids, document_bounds
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["GENERATION_OPTIONS", "AttnkitLM"]
 

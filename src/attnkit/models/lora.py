@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
@@ -85,15 +85,20 @@ class LoraConfig(StrictModel):
 
 
 class LoraFineTuning(StrictModel):
-    """A task's ``model.lora`` section, for model configs that also have ``init`` (the pretrained base)."""
+    """A task's ``model.lora`` section, for model configs that also have ``init`` (the pretrained base).
 
+    ``lora`` without ``init`` is refused here, unless the config sets ``lora_checks_init = False``: a task
+    that always fine-tunes a base (sft, whose default is LoRA) refuses a missing ``init`` itself, so that its
+    default config stays valid for printing and describing."""
+
+    lora_checks_init: ClassVar[bool] = True
     lora: LoraConfig | None = Field(
         None, description="train LoRA adapters on the frozen model.init instead of every weight (needs peft)"
     )
 
     @model_validator(mode="after")
     def _check_lora_init(self) -> LoraFineTuning:
-        if self.lora is not None and not getattr(self, "init", None):
+        if self.lora_checks_init and self.lora is not None and not getattr(self, "init", None):
             raise ValueError("model.lora trains adapters on a pretrained base: set model.init=PATH (or --init PATH)")
         return self
 

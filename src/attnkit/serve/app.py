@@ -25,11 +25,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
 from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, SamplingParams
 from attnkit.serve.schemas import ChatRequest, CompletionRequest, SamplingRequest, error_body, validation_message
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["API_KEY_ENV", "create_app"]
 

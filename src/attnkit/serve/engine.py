@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from attnkit.data.stops import StopText
-from attnkit.data.tokenizers import StreamDecoder, Tokenizer
 from attnkit.models import LanguageModel
 from attnkit.models.generation import sample_next_token
 from attnkit.nn import DecoderCache
+from attnkit.text.stops import StopText
+from attnkit.text.tokenizers import StreamDecoder, Tokenizer
 
 __all__ = ["Engine", "Event", "Failed", "Finished", "Piece", "Request", "SamplingParams"]
 

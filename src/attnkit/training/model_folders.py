@@ -18,11 +18,11 @@ from pydantic import BaseModel
 
 from attnkit.config import StrictModel
 from attnkit.data.lm.blocks import artifacts_of
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
 from attnkit.interop.export import INFO_FILE
 from attnkit.models import LanguageModel
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.task import LoadedRun, Task
 from attnkit.version import __version__
 

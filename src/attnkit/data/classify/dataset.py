@@ -8,7 +8,7 @@ from torch.utils.data import Dataset
 
 from attnkit.data.cache import CachedRows
 from attnkit.data.collate import chunks
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["ENCODE_BATCH", "CachedTextDataset", "EncodedTextDataset", "encode_texts"]
 

@@ -21,7 +21,7 @@ from attnkit.data.classify.text_splits import TextSplits
 from attnkit.data.collate import chunks, collate_text_batch, pad_sequences
 from attnkit.data.readers.tables import read_table
 from attnkit.data.splits import SPLITS
-from attnkit.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.text.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = ["TextClassificationDataModule"]
 

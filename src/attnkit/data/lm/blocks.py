@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from attnkit.data.tokenizer_kinds import BOS_ID, EOS_ID, PAD_ID
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
+from attnkit.text.tokenizer_kinds import BOS_ID, EOS_ID, PAD_ID
+from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 
 __all__ = ["IGNORE_INDEX", "PackedBlocks", "artifacts_of", "pack_documents", "tokenizer_of"]
 
@@ -30,7 +30,7 @@ def pack_documents(
     """Encoded documents -> ``(inputs [N, block], targets [N, block])`` int64 (see the module docstring).
 
     Each document becomes ``<bos> ids <eos>`` (``bos_id`` / ``eos_id`` ``None``: left out; a pretrained
-    tokenizer's are :func:`attnkit.data.framing.document_bounds`); the stream is cut into
+    tokenizer's are :func:`attnkit.text.framing.document_bounds`); the stream is cut into
     ``N = ceil((len - 1) / block)`` blocks; the last one is padded with ``<pad>`` inputs and
     ``IGNORE_INDEX`` targets, and ``<bos>`` targets are ``IGNORE_INDEX`` too.
     """

@@ -22,7 +22,7 @@ class LMDataConfig(SplitSourceConfig, TokenizerKindConfig):
             glob of text files (``"corpus/*.txt"``); files are read in sorted path order.
         split_on: ``"blank_line"`` (default: a document is a paragraph; blank or whitespace-only
             lines separate documents) or ``"line"`` (every non-blank line is a document).
-        tokenizer: ``"char"`` (default), ``"word"`` or ``"bpe"`` (see :mod:`attnkit.data.tokenizers`).
+        tokenizer: ``"char"`` (default), ``"word"`` or ``"bpe"`` (see :mod:`attnkit.text.tokenizers`).
         vocab_size: vocabulary cap, specials included (``None``: every char/word seen ``min_freq``
             times; 1000 for BPE).
         min_freq: chars/words (BPE: pairs to merge) seen fewer times in the training documents are

@@ -32,13 +32,13 @@ from attnkit.data.cache import CachedTexts, CacheWriter, content_digest, token_d
 from attnkit.data.cached import CachedTokenDataModule
 from attnkit.data.collate import identity_collate
 from attnkit.data.encode import encode_batches, tokenize_workers
-from attnkit.data.framing import document_bounds
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm.blocks import PackedBlocks, artifacts_of, tokenizer_of
 from attnkit.data.lm.config import BUILTIN, LMDataConfig
 from attnkit.data.readers.text_files import corpus_files, iter_documents
 from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
-from attnkit.data.tokenizers import UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.text.framing import document_bounds
+from attnkit.text.tokenizers import UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = ["LanguageModelDataModule"]
 

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.chat import ChatTemplate
 from attnkit.data.lm.blocks import artifacts_of
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.chat import ChatTemplate
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["chat_artifacts", "chat_of", "write_chat_files"]
 

@@ -2,7 +2,7 @@
 loss counts marked (the assistant's replies, each with its end-of-turn token), then cut, padded or packed.
 
 The text is :meth:`ChatTemplate.render` of the whole conversation (the renderer ``attnkit chat`` uses; the
-ids are those of :func:`attnkit.data.chat.encode_chat` with ``add_generation_prompt=False``). An assistant
+ids are those of :func:`attnkit.text.chat.encode_chat` with ``add_generation_prompt=False``). An assistant
 reply starts where the template's generation prompt for it ends (the conversation before it rendered with
 ``add_generation_prompt=True``) and ends after its content and the template's end-of-turn text
 (:meth:`ChatTemplate.end_of_turn`: ``<|im_end|>``, ``<|eot_id|>``...). A token counts when its characters
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.data.chat import ChatTemplate
 from attnkit.data.lm.blocks import IGNORE_INDEX
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.chat import ChatTemplate
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["Example", "assistant_spans", "collate_examples", "encode_conversation", "make_example", "pack_examples"]
 
@@ -86,7 +86,7 @@ def encode_conversation(
     *,
     train_on_prompt: bool = False,
 ) -> tuple[list[int], list[bool]]:
-    """``(ids, counted)``: the conversation's token ids (those of :func:`~attnkit.data.chat.encode_chat` without a
+    """``(ids, counted)``: the conversation's token ids (those of :func:`~attnkit.text.chat.encode_chat` without a
     generation prompt, plus EOS after a final reply when the template has no end-of-turn token) and, per id,
     whether the loss predicts it (assistant tokens; every token with ``train_on_prompt``)."""
     template = ChatTemplate.default() if template is None else template

@@ -19,13 +19,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from attnkit.data.base import SplitDataModule, process_shard
-from attnkit.data.chat import ChatTemplate
 from attnkit.data.readers.chats import Chat, read_chats
 from attnkit.data.sft.artifacts import chat_artifacts
 from attnkit.data.sft.config import SFTDataConfig
 from attnkit.data.sft.encode import Example, collate_examples, encode_conversation, make_example, pack_examples
 from attnkit.data.splits import SPLITS, fraction_split, group_split
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.chat import ChatTemplate
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["LengthGroupedBatches", "Rows", "SFTDataModule"]
 
@@ -52,8 +52,11 @@ class LengthGroupedBatches(Sampler[list[int]]):
     """Training batches of rows of similar lengths (Hugging Face's ``group_by_length``): each epoch's seeded
     shuffle is cut into chunks of ``50 * batch_size`` rows, each chunk sorted by length and cut into batches,
     and the batches shuffled. With several processes, the batches (a multiple of their number) are dealt out
-    round robin, so every process gets as many. ``set_epoch`` reshuffles; ``state_dict`` keeps the epoch and
-    how many batches were given (a resumed run goes on with the next)."""
+    round robin, so every process gets as many. Each new pass after a whole epoch reshuffles: the sampler
+    counts its epochs itself (Lightning calls ``set_epoch`` on a loader's sampler, never on its batch sampler,
+    and stops taking batches at ``len()`` without running the iterator to its end); ``set_epoch`` sets one.
+    ``state_dict`` keeps the epoch and how many of its batches were given (a resumed run goes on with the
+    next)."""
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, num_replicas: int = 1, rank: int = 0):
         self.lengths = np.asarray(lengths)
@@ -61,6 +64,8 @@ class LengthGroupedBatches(Sampler[list[int]]):
         self.epoch = self.given = 0
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:  # not the epoch a resumed run's state left part-way through
+            self.given = 0
         self.epoch = epoch
 
     def _batches(self) -> list[list[int]]:
@@ -77,12 +82,13 @@ class LengthGroupedBatches(Sampler[list[int]]):
         return shuffled[:keep][self.rank :: self.num_replicas]
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches, skip = self._batches(), self.given
-        self.given = 0
-        for batch in batches[skip:]:
+        batches = self._batches()
+        if self.given >= len(batches):  # the last epoch was given whole: the next one
+            self.epoch, self.given = self.epoch + 1, 0
+            batches = self._batches()
+        for batch in batches[self.given :]:
             self.given += 1
             yield batch
-        self.given = 0
 
     def __len__(self) -> int:
         return len(self._batches())

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from attnkit.data.cache import CachedRows, CachedTexts, LazySequence
 from attnkit.data.readers.pairs import Pair
 from attnkit.data.splits import SPLITS, group_split
-from attnkit.data.tokenizers import Tokenizer, tokenizer_from_dict
+from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 
 __all__ = [
     "CachedPairs",

@@ -18,7 +18,6 @@ from attnkit.data.collate import chunks, collate_pairs
 from attnkit.data.generators.numbers import number_pairs
 from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pair_rows
 from attnkit.data.splits import SPLITS
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, Tokenizer, build_tokenizer
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.dataset import (
     CachedPairs,
@@ -30,6 +29,7 @@ from attnkit.data.translate.dataset import (
     split_pairs,
     tokenizers_from_artifacts,
 )
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, Tokenizer, build_tokenizer
 
 __all__ = ["PairsDataModule"]
 

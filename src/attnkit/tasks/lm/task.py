@@ -11,12 +11,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from attnkit.data.framing import body_ids, document_bounds, prompt_ids
 from attnkit.data.lm.blocks import IGNORE_INDEX, artifacts_of, pack_documents, tokenizer_of
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.readers.lines import numbered_inputs
-from attnkit.data.stops import StopText
-from attnkit.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import load_pretrained
 from attnkit.interop.export import INFO_FILE
@@ -24,6 +21,9 @@ from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, Language
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.tasks.registry import register_task
+from attnkit.text.framing import body_ids, document_bounds, prompt_ids
+from attnkit.text.stops import StopText
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
 
 if TYPE_CHECKING:
     from attnkit.data.lm.module import LanguageModelDataModule
@@ -326,7 +326,7 @@ def _stream_one(
     write: Callable[[str], None] | None,
 ) -> str:
     """Generate one continuation of ``prompt``, streaming it to ``write``; text that could still become a
-    stop string is held back until it cannot (:class:`~attnkit.data.stops.StopText`: so nothing after a
+    stop string is held back until it cannot (:class:`~attnkit.text.stops.StopText`: so nothing after a
     stop string is ever written)."""
     device = next(model.parameters()).device
     ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=device)

@@ -11,11 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
-from attnkit.data.chat import ChatTemplate, encode_chat, read_generation_config
 from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.data.sft.artifacts import chat_of
 from attnkit.data.sft.config import SFTDataConfig
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained
 from attnkit.interop.export import INFO_FILE
@@ -24,6 +22,8 @@ from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.tasks.lm.task import load_lm_base
 from attnkit.tasks.registry import register_task
+from attnkit.text.chat import ChatTemplate, encode_chat, read_generation_config
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.task import LoadedRun
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class SFTModelConfig(LoraFineTuning):
     """The pretrained decoder to fine-tune (``init``), its dropout and context, and LoRA (the default:
     rank 8 adapters on the frozen base; ``model.lora=null`` trains every weight)."""
 
+    lora_checks_init: ClassVar[bool] = False  # the task refuses a missing init itself, LoRA or not
     init: str | None = Field(
         None,
         description="the decoder to fine-tune: a Hugging Face folder of a GPT-2, Llama, Mistral or Qwen2 model, an "

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.dataset import tokenizers_from_artifacts
 from attnkit.tasks.translate.config import DecodeConfig
 from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_line
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.distributed import gather_lists
 from attnkit.training.module import ClassifierModule
 

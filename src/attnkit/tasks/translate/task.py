@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnkit.data.readers.lines import numbered_inputs, read_lines
-from attnkit.data.tokenizers import EOS_ID
 from attnkit.models.seq2seq import Seq2SeqConfig
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task
 from attnkit.tasks.registry import register_task
 from attnkit.tasks.translate.config import DecodeConfig, TranslateConfig
 from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_line
+from attnkit.text.tokenizers import EOS_ID
 
 if TYPE_CHECKING:
     from attnkit.data.translate.module import PairsDataModule

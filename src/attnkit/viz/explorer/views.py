@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 import torch
 
 from attnkit.data.lm.blocks import tokenizer_of
-from attnkit.data.tokenizers import Tokenizer
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.models import BertClassifier, BertEncoder, LanguageModel
 from attnkit.tasks import LoadedRun, load_run
+from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
 from attnkit.viz.explorer.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
 

@@ -26,7 +26,7 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = [
     "SPECIAL_TOKEN_NAMES",

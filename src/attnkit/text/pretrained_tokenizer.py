@@ -17,8 +17,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE, WordPiece
 
-from attnkit.data.tokenizer_kinds import KINDS
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.tokenizer_kinds import KINDS
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["tokenizer_from_folder"]
 
@@ -29,7 +29,7 @@ _GPT2_DEFAULTS = {"unk": "<|endoftext|>", "bos": "<|endoftext|>", "eos": "<|endo
 
 def tokenizer_from_folder(folder: str | Path) -> Tokenizer:
     """The tokenizer saved in ``folder`` (see the module docstring for the files read), as a
-    :class:`~attnkit.data.tokenizers.Tokenizer` of kind ``"pretrained"`` (or the kind that
+    :class:`~attnkit.text.tokenizers.Tokenizer` of kind ``"pretrained"`` (or the kind that
     :meth:`Tokenizer.save` wrote). ``encode(text, max_len)`` gives the ids the model was trained on,
     special tokens included (BERT: ``[CLS] ... [SEP]``; GPT-2 adds none)."""
     folder = Path(folder)

@@ -9,8 +9,8 @@ by the end-of-text token alone), and its EOS token last.
 
 from __future__ import annotations
 
-from attnkit.data.tokenizer_kinds import BOS_ID, EOS_ID
-from attnkit.data.tokenizers import Tokenizer
+from attnkit.text.tokenizer_kinds import BOS_ID, EOS_ID
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["body_ids", "document_bounds", "document_ids", "prompt_ids"]
 

@@ -12,7 +12,7 @@ stored in checkpoints) and knows its special tokens by role. Kinds, all built fr
   ``<pad>`` = 0, ``<unk>`` = 1 and no ``<bos>``/``<eos>`` (a classifier never uses them): kept from the earlier word
   tokenizer, so the embedding rows of classify checkpoints written before keep their meaning.
 * ``"pretrained"``: a pretrained model's tokenizer (BERT's WordPiece, GPT-2's BPE) read by
-  :func:`attnkit.data.pretrained_tokenizer.tokenizer_from_folder`; its special tokens are the model's own (``None``
+  :func:`attnkit.text.pretrained_tokenizer.tokenizer_from_folder`; its special tokens are the model's own (``None``
   where it has none).
 
 Differences from the hand-written tokenizers of attnkit 0.1 (tested in ``tests/data/test_tokenizers.py``):
@@ -37,7 +37,7 @@ from typing import Any, cast
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
-from attnkit.data.tokenizer_kinds import (
+from attnkit.text.tokenizer_kinds import (
     BOS,
     BOS_ID,
     EOS,

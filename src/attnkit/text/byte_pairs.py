@@ -12,7 +12,7 @@ from typing import cast
 
 import numpy as np
 
-from attnkit.data.tokenizer_kinds import ASCII_WHITESPACE
+from attnkit.text.tokenizer_kinds import ASCII_WHITESPACE
 
 __all__ = ["BytePairs", "split_ascii_bpe"]
 

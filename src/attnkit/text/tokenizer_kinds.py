@@ -1,7 +1,7 @@
 """The tokenizer kinds, each registered once with :func:`tokenizer_kind`, and the fixed special tokens.
 
 A kind is a ``tokenizers`` pipeline (normalizer, pre-tokenizer, decoder) and what the rest of attnkit
-asks of it (:class:`KindSpec`); :class:`attnkit.data.tokenizers.Tokenizer` runs it, and a data config's
+asks of it (:class:`KindSpec`); :class:`attnkit.text.tokenizers.Tokenizer` runs it, and a data config's
 ``tokenizer`` choice is read from :data:`TOKENIZER_KINDS`. A new kind is one decorated function here.
 """
 
@@ -74,9 +74,9 @@ class ChunkSplit:
     """What :class:`attnkit.data.chunk_encoder.ChunkEncoder` needs of a kind to encode it without
     Hugging Face's pre-tokenizer: ``pieces``, the kind's pre-tokenizer on ASCII text for Python's
     ``re``; ``pipeline(spec)``, whether a ``tokenizer.json`` ``spec``'s pre-tokenizer and model are
-    the ones :func:`attnkit.data.tokenizers.build_tokenizer` makes; ``byte_level``: byte-level BPE (ASCII
-    text split by :func:`attnkit.data.byte_pairs.split_ascii_bpe`, pieces encoded by
-    :class:`attnkit.data.byte_pairs.BytePairs`)."""
+    the ones :func:`attnkit.text.tokenizers.build_tokenizer` makes; ``byte_level``: byte-level BPE (ASCII
+    text split by :func:`attnkit.text.byte_pairs.split_ascii_bpe`, pieces encoded by
+    :class:`attnkit.text.byte_pairs.BytePairs`)."""
 
     pieces: re.Pattern[str]
     pipeline: Callable[[dict[str, Any]], bool]
@@ -190,7 +190,7 @@ def _text(hf: HFTokenizer) -> None:
 
 @tokenizer_kind("pretrained", specials=(), trainable=False, generation=False, pretrained=True)
 def _pretrained(hf: HFTokenizer) -> None:
-    """A pretrained model's own pipeline (read by :mod:`attnkit.data.pretrained_tokenizer`): kept as it is."""
+    """A pretrained model's own pipeline (read by :mod:`attnkit.text.pretrained_tokenizer`): kept as it is."""
 
 
 KINDS: tuple[str, ...] = kind_names()
