@@ -17,8 +17,10 @@ class OptimConfig(StrictModel):
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = Field(5e-4, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
-    warmup: int = Field(50, ge=0, description="linear warm-up steps (batches)")
-    max_iters: int | None = Field(None, gt=0, description="cosine period in steps; default epochs x batches")
+    warmup: int = Field(50, ge=0, description="linear warm-up, in optimiser steps")
+    max_iters: int | None = Field(
+        None, gt=0, description="cosine period in optimiser steps; default the run's (epochs x steps per epoch)"
+    )
     gradient_clip_val: float | None = Field(5.0, gt=0.0, description="clip the gradient norm; null to disable")
 
 
