@@ -34,7 +34,7 @@ Tokenization throughput (``tok MB/s``) for char, word and BPE tokenizers built o
 the cache build's tokenization (:func:`attnkit.data.encode.encode_batches` over batches of about 2 M
 characters, in worker processes where :func:`attnkit.data.encode.tokenize_workers` chooses them:
 word and BPE on 8 MB or more, one per core; :func:`attnkit.data.encode.fast_encoder` in each:
-vectorised for char, :class:`attnkit.data.chunk_encoder.ChunkEncoder` for word and BPE: each distinct chunk
+vectorised for char, :class:`attnkit.text.chunk_encoder.ChunkEncoder` for word and BPE: each distinct chunk
 of text encoded once and remembered for the rest of the build, BPE's new pieces by
 :class:`attnkit.text.byte_pairs.BytePairs`) on 5 MB of generated documents, or with ``--text FILE`` on
 the first ``--text-mb`` MB of a real text file's documents; median of ``--rounds``, new encoders each

@@ -1,4 +1,4 @@
-"""The token cache's encoder (attnkit.data.encode.fast_encoder; attnkit.data.chunk_encoder.ChunkEncoder for
+"""The token cache's encoder (attnkit.data.encode.fast_encoder; attnkit.text.chunk_encoder.ChunkEncoder for
 word and BPE) gives exactly the ids of Tokenizer.encode(doc, add_bos=True, add_eos=True)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-import attnkit.data.chunk_encoder as chunk_encoder_module
+import attnkit.text.chunk_encoder as chunk_encoder_module
 from attnkit.data.cache import token_dtype
-from attnkit.data.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
+from attnkit.text.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
 from attnkit.data.encode import fast_encoder
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.text.tokenizers import Tokenizer, build_tokenizer

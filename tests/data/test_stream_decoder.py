@@ -13,7 +13,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.text.tokenizers import StreamDecoder, Tokenizer
+from attnkit.text.streaming import StreamDecoder
+from attnkit.text.tokenizers import Tokenizer
 
 CORPUS = ["Hello, world! The café is naïve.", "the quick brown fox jumps over the lazy dog"] * 20
 TEXT = "Hello, café 😀 — naïve! the quick  brown fox, jumps."

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnkit.text.streaming import StreamDecoder
 from attnkit.text.tokenizers import (
     BOS,
     BOS_ID,
@@ -23,7 +24,6 @@ from attnkit.text.tokenizers import (
     PAD_ID,
     UNK,
     UNK_ID,
-    StreamDecoder,
     Tokenizer,
     build_tokenizer,
     tokenizer_from_dict,

@@ -2,7 +2,7 @@
 
 :func:`fast_encoder` picks the fastest way a tokenizer's kind allows (its
 :class:`~attnkit.text.tokenizer_kinds.KindSpec`): a vectorised lookup of code points (``char``),
-:class:`attnkit.data.chunk_encoder.ChunkEncoder` (``word``, ``bpe``), or Hugging Face's
+:class:`attnkit.text.chunk_encoder.ChunkEncoder` (``word``, ``bpe``), or Hugging Face's
 ``encode_batch``. :func:`encode_batches` runs encoders in worker processes, one per core
 (:func:`tokenize_workers`), for the token cache of a large corpus.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from attnkit.data.cache import token_dtype
-from attnkit.data.chunk_encoder import ChunkEncoder, fits
+from attnkit.text.chunk_encoder import ChunkEncoder, fits
 from attnkit.text.framing import document_bounds
 from attnkit.text.tokenizer_kinds import kind_spec
 from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, tokenizer_from_dict
@@ -38,7 +38,7 @@ def fast_encoder(tokenizer: Tokenizer) -> Callable[[list[str]], tuple[np.ndarray
 
     ``char``: a vectorised lookup of the code points (the same ids as ``tokenizer.encode``, tested;
     splitting into characters through the tokenizers library runs at well under 1 MB/s). ``word``
-    and ``bpe`` (as :func:`build_tokenizer` makes them): :class:`attnkit.data.chunk_encoder.ChunkEncoder`
+    and ``bpe`` (as :func:`build_tokenizer` makes them): :class:`attnkit.text.chunk_encoder.ChunkEncoder`
     (each distinct chunk of text encoded once by Hugging Face, remembered across calls; the same
     ids, tested). Others: Hugging Face ``encode_batch`` (parallel threads)."""
     dtype = token_dtype(tokenizer.vocab_size)

@@ -26,7 +26,8 @@ from attnkit.text.chat import stop_strings as chat_stop_strings
 from attnkit.text.framing import prompt_ids
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.text.stops import StopText
-from attnkit.text.tokenizers import StreamDecoder, Tokenizer, tokenizer_from_dict
+from attnkit.text.streaming import StreamDecoder
+from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",

@@ -27,7 +27,8 @@ from attnkit.models import LanguageModel
 from attnkit.models.generation import sample_next_token
 from attnkit.nn import DecoderCache
 from attnkit.text.stops import StopText
-from attnkit.text.tokenizers import StreamDecoder, Tokenizer
+from attnkit.text.streaming import StreamDecoder
+from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["Engine", "Event", "Failed", "Finished", "Piece", "Request", "SamplingParams"]
 

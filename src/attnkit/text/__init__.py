@@ -14,7 +14,8 @@ it imports neither.
 """
 
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.text.tokenizers import PAD, UNK, StreamDecoder, Tokenizer, build_tokenizer, tokenizer_from_dict
+from attnkit.text.streaming import StreamDecoder
+from attnkit.text.tokenizers import PAD, UNK, Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "PAD",

@@ -2,7 +2,7 @@
 
 :func:`split_ascii_bpe` splits ASCII text as GPT-2's pre-tokenizer does; :class:`BytePairs` merges
 the pieces' bytes as Hugging Face's byte-level BPE does. Both serve
-:class:`attnkit.data.chunk_encoder.ChunkEncoder` for the ``bpe`` kind.
+:class:`attnkit.text.chunk_encoder.ChunkEncoder` for the ``bpe`` kind.
 ``tests/data/test_byte_pairs.py`` compares them with the regex's and Hugging Face's results.
 """
 

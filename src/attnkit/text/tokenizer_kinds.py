@@ -71,7 +71,7 @@ _WORD_SPLIT = {"type": "Split", "pattern": {"Regex": WORD_PATTERN}, "behavior": 
 # ====================================================================== the kinds, registered once
 @dataclass(frozen=True)
 class ChunkSplit:
-    """What :class:`attnkit.data.chunk_encoder.ChunkEncoder` needs of a kind to encode it without
+    """What :class:`attnkit.text.chunk_encoder.ChunkEncoder` needs of a kind to encode it without
     Hugging Face's pre-tokenizer: ``pieces``, the kind's pre-tokenizer on ASCII text for Python's
     ``re``; ``pipeline(spec)``, whether a ``tokenizer.json`` ``spec``'s pre-tokenizer and model are
     the ones :func:`attnkit.text.tokenizers.build_tokenizer` makes; ``byte_level``: byte-level BPE (ASCII
@@ -105,7 +105,7 @@ class KindSpec:
 
     The token cache's fast paths (:func:`attnkit.data.encode.fast_encoder`): ``code_points``, one token
     per code point (a vectorised lookup, faster than worker processes); ``chunks``, encoded by
-    :class:`attnkit.data.chunk_encoder.ChunkEncoder` (see :class:`ChunkSplit`); neither: Hugging Face.
+    :class:`attnkit.text.chunk_encoder.ChunkEncoder` (see :class:`ChunkSplit`); neither: Hugging Face.
 
     ``pretrained``: a pretrained model's own pipeline, kept as it is: its special tokens are the
     model's, added by its post-processor after the text is cut (so texts are encoded one by one), it

@@ -23,7 +23,8 @@ from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.tasks.registry import register_task
 from attnkit.text.framing import body_ids, document_bounds, prompt_ids
 from attnkit.text.stops import StopText
-from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, StreamDecoder, Tokenizer
+from attnkit.text.streaming import StreamDecoder
+from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 if TYPE_CHECKING:
     from attnkit.data.lm.module import LanguageModelDataModule
