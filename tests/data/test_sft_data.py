@@ -261,6 +261,19 @@ def test_length_grouped_batches_cover_every_row_once_and_shard_evenly() -> None:
     assert list(resumed) == batches[5:]
 
 
+def test_length_grouped_batches_start_a_new_epoch_after_len_batches_unexhausted() -> None:
+    """Lightning takes ``len()`` batches without running the iterator to its end and never calls the batch
+    sampler's ``set_epoch``: the next pass must still be a whole, reshuffled epoch."""
+    sampler = LengthGroupedBatches([(i * 37) % 101 for i in range(230)], batch_size=8, seed=3)
+    first = iter(sampler)
+    epoch0 = [next(first) for _ in range(len(sampler))]
+    assert sampler.state_dict() == {"epoch": 0, "given": len(sampler)}
+    epoch1 = list(sampler)
+    assert len(epoch1) == len(sampler) and epoch1 != epoch0
+    assert sorted(i for b in epoch1 for i in b) == list(range(230))
+    assert sampler.state_dict() == {"epoch": 1, "given": len(sampler)}
+
+
 def test_packing_puts_several_conversations_in_a_row(tmp_path: Path, tok: Tokenizer, chatml: ChatTemplate) -> None:
     rows = pack_examples([5, 9, 3, 7, 2, 8], row_len=10)
     assert sorted(i for r in rows for i in r) == list(range(6))

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 
 from attnkit.data.lm.blocks import IGNORE_INDEX
 from attnkit.training.module import ClassifierModule
@@ -38,19 +38,23 @@ class SFTModule(ClassifierModule):
     """Cross-entropy of the targets the data counts (the assistant's tokens, each turn's end-of-turn token
     included; every token with ``data.train_on_prompt``), averaged over those tokens of the batch; logs
     ``loss`` and ``acc`` (next-token accuracy on them) per split, the validation and test figures weighted
-    by tokens (the split's mean per assistant token)."""
+    by tokens (the split's mean per assistant token, over every process's batches together under DDP)."""
+
+    def metrics(self) -> dict[str, Metric]:
+        return {**super().metrics(), "loss": MeanMetric()}
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         return assistant_loss(self.model, batch)
 
     def _evaluate(self, batch: Any, stage: str) -> Tensor:
         loss, logits, target = self.step(batch)
-        count = max(int(target.numel()), 1)
-        self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=count)
         metrics = self.stage_metrics[stage]
         assert isinstance(metrics, nn.ModuleDict)
         for name, metric in metrics.items():
             assert isinstance(metric, Metric)
-            metric.update(logits.detach(), target)
+            if name == "loss":  # the batch's mean weighted by its tokens: summed over processes, then divided
+                metric.update(loss.detach(), max(int(target.numel()), 1))
+            else:
+                metric.update(logits.detach(), target)
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=True)
         return loss
