@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import webbrowser
 from collections.abc import Callable
 from pathlib import Path
+
+from attnkit.api.listening import listen_and_run
 
 __all__ = ["explore"]
 
@@ -27,7 +28,7 @@ def explore(
     ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one). ``on_ready`` receives the
     page's URL once the socket listens; ``open_browser`` opens it in the default browser, where one exists."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 -- needed by listen_and_run; checked before the model loads
 
         from attnkit.viz.explorer.app import create_explore_app
     except ImportError as err:
@@ -35,20 +36,11 @@ def explore(
     from attnkit.viz.explorer import load_explorer
 
     app = create_explore_app(load_explorer(run))
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror} (choose another --port, or 0)") from None
-    sock.listen(128)
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    url = f"http://{shown}:{sock.getsockname()[1]}/"
-    if on_ready is not None:
-        on_ready(url)
-    if open_browser:
-        webbrowser.open(url)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+
+    def ready(url: str) -> None:
+        if on_ready is not None:
+            on_ready(url)
+        if open_browser:
+            webbrowser.open(url)
+
+    listen_and_run(app, host, port, on_ready=ready)

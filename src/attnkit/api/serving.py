@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from attnkit.api.listening import listen_and_run
 from attnkit.api.models import load_model
 
 __all__ = ["serve"]
@@ -31,24 +31,11 @@ def serve(
     name in the API (default: the folder's name). ``on_ready`` receives the URL once the socket
     listens (with the real port)."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 -- needed by listen_and_run; checked before the model loads
 
         from attnkit.serve import create_app
     except ImportError as err:
         raise ImportError(f"{err}: attnkit serve needs FastAPI and uvicorn: pip install 'attnkit[serve]'") from None
     pretrained = load_model(run)
     app = create_app(pretrained, model_name=model_name, api_key=api_key or None, max_batch=max_batch)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror} (choose another --port, or 0)") from None
-    sock.listen(128)
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    if on_ready is not None:
-        on_ready(f"http://{shown}:{sock.getsockname()[1]}/v1")
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    listen_and_run(app, host, port, path="/v1", on_ready=on_ready)
