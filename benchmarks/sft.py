@@ -2,7 +2,7 @@
 
 Run::
 
-    .venv/bin/python benchmarks/sft.py --batch 2       # 135M-class Llama shape, LoRA r=8, 6 paired rounds
+    .venv/bin/python benchmarks/sft.py                 # 135M-class Llama shape, LoRA r=8, batch 8, 6 paired rounds
     .venv/bin/python benchmarks/sft.py --rounds 8 --steps 2
     .venv/bin/python benchmarks/sft.py --quick         # a tiny model, 2 rounds: a smoke test, not a measurement
     .venv/bin/python benchmarks/sft.py --json out.json
@@ -257,7 +257,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=1, help="timed steps of each side per round")
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8, help="conversations (A, A', R) or packed rows (B) a step")
     parser.add_argument("--context", type=int, default=256, help="the rows' length (packing) and the longest cut")
     parser.add_argument("--conversations", type=int, default=256)
     parser.add_argument("--min-tokens", type=int, default=24, help="shortest replies (words); longest about 10x")
@@ -278,6 +278,7 @@ def main() -> int:
     if args.quick:
         args.rounds, args.steps, args.layers, args.width, args.ffn, args.heads, args.kv_heads = 2, 1, 2, 64, 128, 4, 2
         args.vocab, args.conversations, args.context, args.min_tokens, args.no_memory = 512, 32, 256, 8, True
+        args.batch = 2  # 32 short conversations fill only a few packed rows
     if args.threads:
         torch.set_num_threads(args.threads)
     disable_progress_bar()
