@@ -8,7 +8,8 @@ Each record gets, besides ``probed_cli``'s: ``dtensors`` (whether every paramete
 DTensor after the first training step), ``local_numel`` and ``numel`` (the parameters' elements on this process
 and in all), ``units`` (the names of the model's FSDP modules, ``""`` for the model itself),
 ``grads_after_step`` (how many parameters still had a gradient after the first optimiser step),
-``mmap_threshold_fixed`` (the results of the process's calls of ``fix_mmap_threshold``) and
+``mmap_threshold_fixed`` (the results of the process's calls of ``fix_mmap_threshold``),
+``compiled`` (for each forward pass of the model traced or run: whether ``torch.compile`` traced it) and
 ``losses`` (every training batch's loss).
 """
 
@@ -49,12 +50,19 @@ def run(probe_dir: Path, label: str, *args: str, world: int = 1, timeout: float 
 
 
 def _sharding_probe(probe_dir: Path, label: str, pause_at: int | None = None) -> Any:
+    import torch
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
     base = probed_cli_probe(probe_dir, label, pause_at)
 
     class ShardingProbe(type(base)):  # type: ignore[misc]  # a class made by probed_cli.probe
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            super().setup(trainer, pl_module, stage)
+            if "compiled" not in self.record:  # once (fit, then test)
+                seen = self.record["compiled"] = []
+                pl_module.model.register_forward_pre_hook(lambda *_: seen.append(torch.compiler.is_compiling()))
+
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *args: Any) -> None:
             if "losses" not in self.record:  # after the first step's backward: every unit resharded
                 model = pl_module.model

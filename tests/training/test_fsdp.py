@@ -110,11 +110,16 @@ def test_fsdp_trains_as_ddp_and_its_checkpoint_loads_without_the_strategy(tmp_pa
     fsdp = fsdp_probed.run(probes, "fsdp", *out, "name=fsdp", *LM, "trainer.strategy=fsdp", world=2)
     ddp = fsdp_probed.run(probes, "ddp", *out, "name=ddp", *LM, "trainer.strategy=ddp", world=2)
     _assert_sharded(fsdp, ["", "decoder.layers.0", "decoder.layers.1"])
+    compiled = fsdp_probed.run(probes, "compiled", *out, "name=compiled", *LM, "trainer.strategy=fsdp",
+                               "trainer.compile=true", world=2)  # fmt: skip
+    _assert_sharded(compiled, ["", "decoder.layers.0", "decoder.layers.1"])
     assert not any(r["dtensors"] or r["units"] or r["mmap_threshold_fixed"] for r in ddp)
     assert all(r["grads_after_step"] > 0 for r in ddp)  # DDP: Lightning's order, dropped before the next backward
-    for sharded, replicated in zip(fsdp, ddp):
-        assert sharded["steps"] == replicated["steps"] and sharded["steps"]  # the same batches and learning rates
+    assert [any(r["compiled"]) for r in fsdp + ddp + compiled] == [False] * 4 + [True] * 2
+    for sharded, replicated, sharded_compiled in zip(fsdp, ddp, compiled):
+        assert sharded["steps"] == replicated["steps"] == sharded_compiled["steps"] and sharded["steps"]
         torch.testing.assert_close(sharded["losses"], replicated["losses"], rtol=0, atol=1e-5)
+        torch.testing.assert_close(sharded_compiled["losses"], replicated["losses"], rtol=0, atol=1e-5)
 
     run = tmp_path / "lm" / "fsdp"
     saved, reference = (
@@ -124,6 +129,10 @@ def test_fsdp_trains_as_ddp_and_its_checkpoint_loads_without_the_strategy(tmp_pa
     for key, value in reference["state_dict"].items():
         assert type(saved["state_dict"][key]) is torch.Tensor  # not a DTensor
         torch.testing.assert_close(saved["state_dict"][key], value, rtol=0, atol=1e-4, msg=lambda m, k=key: f"{k}: {m}")
+    compiled_weights = _weights(tmp_path / "lm" / "compiled")  # the keys of the plain model too (no _orig_mod.)
+    assert compiled_weights.keys() == reference["state_dict"].keys()
+    for key, value in reference["state_dict"].items():
+        torch.testing.assert_close(compiled_weights[key], value, rtol=0, atol=1e-4, msg=lambda m, k=key: f"{k}: {m}")
     adam, adam_ddp = saved["optimizer_states"][0], reference["optimizer_states"][0]
     assert adam["state"].keys() == adam_ddp["state"].keys()  # the full optimizer state, keyed as DDP's
     for index, state in adam_ddp["state"].items():
@@ -188,6 +197,7 @@ def one_process_group():
         dist.destroy_process_group()
 
 
+@pytest.mark.filterwarnings("error:FSDP2-wrapped module")  # a root module returning a view (in-place ops unsafe)
 @pytest.mark.parametrize(
     ("task", "overrides", "units"),
     [

@@ -94,7 +94,10 @@ class TransformerPredictor(nn.Module):
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """``key_padding_mask [B, T]``: True at real elements."""
         h = self.encoder(self.embed(x), key_padding_mask=key_padding_mask)
-        return self.output_net(h)
+        # A new tensor, not the [B*T, C] -> [B, T, C] view nn.Linear returns for 3-D inputs: FSDP2 hooks
+        # the root module's output for backward, and an in-place op on a view would bypass that hook
+        # (it warns). The copy is B x T x num_outputs, small beside the head's own matmul.
+        return self.output_net(h).clone()
 
     @torch.no_grad()
     def get_attention_maps(self, x: Tensor, key_padding_mask: Tensor | None = None) -> list[Tensor]:

@@ -18,6 +18,10 @@ and FSDP2 is the API PyTorch develops.
   ``attnkit test``, ``generate``, ``export``, ``chat`` and ``--resume`` read them without the strategy,
   and a sharded run can be resumed as a DDP run (or the other way round). Gathering costs the full
   model's size in rank 0's CPU memory while a checkpoint is written.
+- **Compiling** (``trainer.compile=true``): the runner compiles the whole model in place
+  (``nn.Module.compile``) before Lightning's ``configure_model`` shards it. Tested on 2 CPU
+  processes: the model's forward pass traced by ``torch.compile``, the same losses and weights as DDP.
+  (Compiling each block after sharding, torchtitan's way, has not been measured against it on a GPU.)
 - **CPU memory**: FSDP gathers each block's full weights and makes its full gradients anew in every
   step, then frees them. glibc's ``malloc`` raises its threshold for serving a request with its own
   memory map to the size of the largest one freed (up to 32 MiB), so from the first step on these
