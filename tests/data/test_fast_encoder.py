@@ -15,9 +15,9 @@ from tokenizers import Tokenizer as HFTokenizer
 
 import attnkit.text.chunk_encoder as chunk_encoder_module
 from attnkit.data.cache import token_dtype
-from attnkit.text.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
 from attnkit.data.encode import fast_encoder
 from attnkit.data.generators.grammar import generate_grammar_corpus
+from attnkit.text.chunk_encoder import ChunkEncoder, fits, merge_unsafe_cuts, safe_chunks
 from attnkit.text.tokenizers import Tokenizer, build_tokenizer
 
 KINDS = ["word", "bpe"]
