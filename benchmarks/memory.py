@@ -22,6 +22,11 @@ mark (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the most resident memory it
 imports and the data included) when training ends, then once more after the run's full checkpoint was
 written (``trainer.save_checkpoint``: FSDP gathers the full weights and Adam states into rank 0's memory
 for it; reported apart, not in the goal), and the seconds ``trainer.fit`` took (the slower process).
+Where the memory goes: each process also records its resident memory and high-water mark after the
+imports and data, once the model is built, at the start of fit (sharded by then under FSDP) and
+after every step (printed for rank 0 of the first round). ``--glibc-default`` leaves glibc's mmap
+threshold dynamic in sharded runs (``attnkit.training.sharding.fix_mmap_threshold`` disabled), to
+compare with what they held before attnkit fixed it.
 
 Rounds: every round runs the four configurations (DDP, FSDP, DDP + checkpointing, FSDP + checkpointing),
 in reversed order every other round; the ratio FSDP / DDP is taken within a round, and a round is a win
@@ -57,16 +62,42 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MIB  # ru_maxrss: KiB on Linux
 
 
+def _rss_mib() -> tuple[float, float]:
+    """The resident memory now and its high-water mark so far (Linux's /proc: both read at once)."""
+    try:
+        with open("/proc/self/status") as status:
+            kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in status) if k in ("VmRSS", "VmHWM")}
+        return kib["VmRSS"] / 1024, kib["VmHWM"] / 1024
+    except (OSError, KeyError):
+        return _peak_mib(), _peak_mib()
+
+
 def worker(args: argparse.Namespace) -> None:
     """One run (this process and the one Lightning starts): writes ``<out>/rank<r>.json``."""
     import lightning as L
     import torch
+    from lightning.pytorch.callbacks import Callback
 
+    import attnkit.training.module
     from attnkit.tasks import TASKS
     from attnkit.training.runner import build_module
     from attnkit.training.sharding import set_activation_checkpointing, sharding_plan, strategy_for
 
     torch.set_num_threads(1)
+    if args.glibc_default:  # what a sharded run held before it fixed glibc's mmap threshold
+        attnkit.training.module.fix_mmap_threshold = lambda *a, **k: False
+    phases: list[tuple[str, float, float]] = []
+
+    def mark(name: str) -> None:
+        phases.append((name, *_rss_mib()))
+
+    class Phases(Callback):
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            mark("fit start (sharded under fsdp)")
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            mark(f"after step {trainer.global_step}")
+
     strategy, checkpointing = CONFIGS[args.worker]
     model = TINY if args.tiny else FULL
     task = TASKS["lm"]
@@ -88,7 +119,9 @@ def worker(args: argparse.Namespace) -> None:
     L.seed_everything(0, verbose=False)
     datamodule = task.build_datamodule(cfg)
     datamodule.setup("fit")
+    mark("imports and data")
     module = build_module(task, cfg, datamodule)
+    mark("model built")
     module.sharding = sharding_plan(cfg.trainer)
     set_activation_checkpointing(module.model, checkpointing)
     parameters = sum(p.numel() for p in module.model.parameters())
@@ -105,6 +138,7 @@ def worker(args: argparse.Namespace) -> None:
         enable_model_summary=False,
         logger=False,
         use_distributed_sampler=False,
+        callbacks=[Phases()],
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
@@ -122,6 +156,7 @@ def worker(args: argparse.Namespace) -> None:
         "peak_with_checkpoint_mib": _peak_mib(),
         "train_s": seconds,
         "steps": trainer.global_step,
+        "phases": phases,
     }
     Path(args.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
@@ -131,6 +166,7 @@ def _measure(config: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", config, "--out", out]
         cmd += ["--steps", str(args.steps), "--batch", str(args.batch), "--seq-len", str(args.seq_len)]
         cmd += ["--tiny"] if args.tiny else []
+        cmd += ["--glibc-default"] if args.glibc_default else []
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(key, None)
@@ -154,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), help="runs to measure")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--glibc-default",
+        action="store_true",
+        help="leave glibc's mmap threshold dynamic in sharded runs (as before attnkit fixed it): for comparison",
+    )
     parser.add_argument("--worker", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -212,12 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ratio = summary[sharded]["peak_mib"] / summary[replicated]["peak_mib"]
         print(f"{sharded} / {replicated}: {ratio:.3f} (activation checkpointing)")
+    print("\nwhere the memory goes, rank 0 of round 1 (MiB: resident now / high-water mark so far):")
+    for config in configs:
+        points = rounds[0][config][0]["phases"]
+        print(f"  {config}: " + "; ".join(f"{name} {rss:,.0f} / {peak:,.0f}" for name, rss, peak in points))
     load_end = os.getloadavg()
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     passed = all(c["passed"] for c in checks.values())
     print(f"goal: FSDP <= {args.goal} x DDP peak per process (median over rounds): {'PASS' if passed else 'FAIL'}")
     if args.json:
         meta = {"tiny": args.tiny, "rounds": args.rounds, "steps": args.steps, "batch": args.batch}
+        meta |= {"glibc_default": args.glibc_default}
         meta |= {"seq_len": args.seq_len, "parameters": parameters, "load_start": load_start, "load_end": load_end}
         result = {"meta": meta, "summary": summary, "checks": checks, "passed": passed, "rounds": rounds}
         args.json.write_text(json.dumps(result, indent=1))

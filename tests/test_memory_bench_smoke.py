@@ -13,6 +13,8 @@ from pathlib import Path
 
 from bench_helpers import BENCHMARKS
 
+PHASES = ["imports and data", "model built", "fit start (sharded under fsdp)", "after step 1", "after step 2"]
+
 
 def test_tiny_run_prints_the_table_and_fails_a_missed_goal(tmp_path: Path) -> None:
     json_path = tmp_path / "memory.json"
@@ -45,5 +47,10 @@ def test_tiny_run_prints_the_table_and_fails_a_missed_goal(tmp_path: Path) -> No
     assert sorted(round_) == ["ddp", "fsdp"]
     for records in round_.values():
         assert [(r["world_size"], r["rank"], r["steps"]) for r in records] == [(2, 0, 2), (2, 1, 2)]
+        for r in records:  # where the memory goes: resident now <= high-water mark, which never falls
+            assert [name for name, _, _ in r["phases"]] == PHASES
+            assert all(0 < rss <= peak for _, rss, peak in r["phases"])
+            assert [peak for _, _, peak in r["phases"]] == sorted(peak for _, _, peak in r["phases"])
+    assert "where the memory goes, rank 0 of round 1" in out
     ratio = data["checks"]["fsdp/ddp"]["median"]
     assert ratio == max(r["peak_mib"] for r in round_["fsdp"]) / max(r["peak_mib"] for r in round_["ddp"])
