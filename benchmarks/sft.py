@@ -3,7 +3,7 @@
 Run::
 
     .venv/bin/python benchmarks/sft.py                 # 135M-class Llama shape, LoRA r=8, batch 8, 6 paired rounds
-    .venv/bin/python benchmarks/sft.py --rounds 8 --steps 2
+    .venv/bin/python benchmarks/sft.py --lengths uniform
     .venv/bin/python benchmarks/sft.py --quick         # a tiny model, 2 rounds: a smoke test, not a measurement
     .venv/bin/python benchmarks/sft.py --json out.json
 
@@ -11,7 +11,10 @@ The model is a random Llama of SmolLM2-135M's shape (30 layers, width 576, 9 hea
 feed-forward 1536, vocabulary 49,152, tied embeddings; ``--layers`` etc. change it) saved with
 ``save_pretrained`` beside a byte-level BPE tokenizer trained here and a ChatML template (replies marked with
 ``{% generation %}`` for TRL); nothing is downloaded. The data: ``--conversations`` generated conversations
-(a user message, the reply) whose lengths vary about 10x (21 to 217 tokens with the defaults).
+(a user message, the reply) whose lengths vary about 10x (about 21 to 217 tokens with the defaults), spread
+``--lengths log-uniform`` (the default: as many conversations of 20-40 tokens as of 100-200, so many short
+exchanges and a few long ones, as in real instruction sets) or ``uniform`` (as many of 20-40 tokens as of
+180-200: plain batches then waste less on padding, and packing has less to gain).
 
 What is compared, in one process, on the same model weights and conversations, LoRA rank 8 (alpha 16) on the
 attention projections, AdamW, float32, ``clip_grad_norm_(1.0)``:
@@ -28,10 +31,14 @@ attention projections, AdamW, float32, ``clip_grad_norm_(1.0)``:
 
 Throughput is in *real* tokens per second: the conversations' tokens a step trains on (padding excluded) over
 the step's time (forward, backward, clipping, optimiser step; TRL's step as its ``Trainer`` runs it, timed by a
-callback). A *round* times ``--steps`` steps of each after one untimed warm-up step, the order rotating between
-rounds; per round the ratios B/A', B/A and A/R, and the reported figures are their medians with the rounds each
-side won. Peak memory: the largest growth of the resident set (sampled every 5 ms) over the loaded model during
-two steps of A and of B, each in its own process (``--no-memory`` skips it).
+callback). A *round* trains one epoch of A, A' and B each (every conversation once: what a user waits for)
+and as many TRL steps as A's epoch has (the first of a new trainer untimed), after one untimed warm-up step
+of each; the order rotates between rounds. Per round the ratios B/A', B/A and A/R; the reported figures are
+their medians with the rounds each side won. The script also prints the share of real tokens among each
+side's positions and padding's bound on B/A' (the ratio of those shares). Peak memory: the largest growth of
+the resident set (sampled every 5 ms) over the loaded model during two steps of A and of B, each in its own
+process (``--no-memory`` skips it). Before starting it checks that the machine is quiet (load average and
+a calibration's spread) and warns when it is not.
 
 Goals (checked, exit status 1 when missed): packing gives at least 1.5x the real tokens/s of plain batches
 (median B/A'), and attnkit is at least as fast as TRL (median A/R >= 1.0). B/A (packing against length-grouped
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -55,6 +63,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from datasets.utils.logging import disable_progress_bar
 from transformers.trainer_callback import PrinterCallback
 from transformers.utils import logging as hf_logging
@@ -69,9 +78,11 @@ from attnkit.data.sft.encode import Example, collate_examples, encode_conversati
 from attnkit.data.sft.module import LengthGroupedBatches
 from attnkit.interop import load_pretrained
 from attnkit.models import LoraConfig, apply_lora
+from attnkit.nn import IGNORE_INDEX
 from attnkit.tasks.sft.module import assistant_loss
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
+from encoder_block import calibrate, loadavg
 
 CHATML_GENERATION = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
@@ -84,13 +95,22 @@ WORDS = ["the", "a", "cat", "dog", "owl", "fox", "sat", "ran", "on", "under", "h
 WORDS += ["quiet", "old", "young", "small", "big", "looked", "at", "and"]
 
 
-def conversations(n: int, min_tokens: int, seed: int) -> list[list[dict[str, str]]]:
-    """``n`` conversations whose lengths vary about 10x (a short question, a reply of ``min_tokens / 6`` to
-    ``8 min_tokens`` words, drawn uniformly)."""
+LENGTHS = ["log-uniform", "uniform"]
+
+
+def conversations(n: int, min_tokens: int, seed: int, lengths: str = "log-uniform") -> list[list[dict[str, str]]]:
+    """``n`` conversations (a short question, a reply of ``min_tokens / 6`` to ``8 min_tokens`` words) whose
+    lengths vary about 10x: ``log-uniform`` (as many conversations between 20 and 40 tokens as between 100
+    and 200: many short exchanges and a few long ones, as real conversation sets are) or ``uniform`` (as
+    many between 20 and 40 tokens as between 180 and 200)."""
     rng = random.Random(seed)
+    shortest, longest = max(2, min_tokens // 6), 8 * min_tokens
     out = []
     for _ in range(n):
-        words = rng.randint(max(2, min_tokens // 6), 8 * min_tokens)
+        if lengths == "uniform":
+            words = rng.randint(shortest, longest)
+        else:
+            words = round(math.exp(rng.uniform(math.log(shortest), math.log(longest))))
         question = " ".join(rng.choice(WORDS) for _ in range(4))
         reply = " ".join(rng.choice(WORDS) for _ in range(words))
         out.append([
@@ -139,6 +159,7 @@ class Attnkit:
         self.model = load_pretrained(folder).model.train()
         apply_lora(self.model, LoraConfig(rank=8, alpha=16.0, targets=["qkv", "out"]))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.full_logits = args.full_logits
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-4)
         tok, template = tokenizer_from_folder(folder), ChatTemplate.from_folder(folder)
         examples = [make_example(*encode_conversation(tok, template, c), args.context)[0] for c in chats]
@@ -154,12 +175,22 @@ class Attnkit:
         rows = [[examples[i] for i in row] for row in pack_examples(lengths, args.context)]
         random.Random(args.seed).shuffle(rows)
         packed = [rows[i : i + args.batch] for i in range(0, len(rows), args.batch)]
-        self.batches["packed"] = [self._batch(b, pad) for b in packed if len(b) == args.batch]
+        self.batches["packed"] = [self._batch(b, pad) for b in packed]
         self.next = dict.fromkeys(self.batches, 0)
 
     @staticmethod
     def _batch(rows: list[list[Example]], pad: int) -> tuple[tuple, int]:
         return collate_examples(rows, pad), sum(len(e) for row in rows for e in row)
+
+    def fill(self, kind: str) -> float:
+        """The share of an epoch's positions of ``kind`` that are real tokens (not padding)."""
+        return sum(t for (batch, t) in self.batches[kind]) / sum(batch[0].numel() for batch, _ in self.batches[kind])
+
+    def epoch(self, kind: str) -> tuple[list[float], list[int]]:
+        """One optimiser step on each batch of ``kind`` (every conversation once): ``(seconds, real tokens)``."""
+        self.next[kind] = 0
+        pairs = [self.step(kind) for _ in self.batches[kind]]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
 
     def step(self, kind: str) -> tuple[float, int]:
         """One optimiser step on the next batch of ``kind``: ``(seconds, real tokens)``."""
@@ -167,7 +198,12 @@ class Attnkit:
         batch, tokens = batches[self.next[kind] % len(batches)]
         self.next[kind] += 1
         start = time.perf_counter()
-        loss, _, _ = assistant_loss(self.model, batch)  # the sft task's loss (SFTModule.step)
+        if self.full_logits:  # the loss as it was: the [N, V] logits of the counted positions, then their loss
+            inputs, targets, documents = batch
+            keep = targets != IGNORE_INDEX
+            loss = F.cross_entropy(self.model(inputs, document_ids=documents, only=keep).float(), targets[keep])
+        else:
+            loss, _, _ = assistant_loss(self.model, batch)  # the sft task's loss (SFTModule.step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
@@ -226,7 +262,7 @@ class Trl:
 
 def memory_child(args: argparse.Namespace, folder: Path, kind: str) -> None:
     """(In a child process.) The resident set's growth during two steps of ``kind``, printed as MiB."""
-    chats = conversations(args.conversations, args.min_tokens, args.seed)
+    chats = conversations(args.conversations, args.min_tokens, args.seed, args.lengths)
     run = Attnkit(folder, chats, args)
     base, peak, done = _rss_kib(), [0], threading.Event()
 
@@ -256,10 +292,10 @@ def _rss_kib() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=1, help="timed steps of each side per round")
+    parser.add_argument("--lengths", choices=LENGTHS, default="log-uniform", help="how conversation lengths spread")
     parser.add_argument("--batch", type=int, default=8, help="conversations (A, A', R) or packed rows (B) a step")
     parser.add_argument("--context", type=int, default=256, help="the rows' length (packing) and the longest cut")
-    parser.add_argument("--conversations", type=int, default=256)
+    parser.add_argument("--conversations", type=int, default=64, help="conversations an epoch (a round) trains on")
     parser.add_argument("--min-tokens", type=int, default=24, help="shortest replies (words); longest about 10x")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--width", type=int, default=576)
@@ -270,13 +306,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument(
+        "--full-logits",
+        action="store_true",
+        help="attnkit's loss through the [N, V] logits (as before attnkit.nn.linear_cross_entropy)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny model and 2 rounds (smoke test; no checks)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--memory-child", choices=["unpacked", "packed"], help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.steps, args.layers, args.width, args.ffn, args.heads, args.kv_heads = 2, 1, 2, 64, 128, 4, 2
+        args.rounds, args.layers, args.width, args.ffn, args.heads, args.kv_heads = 2, 2, 64, 128, 4, 2
         args.vocab, args.conversations, args.context, args.min_tokens, args.no_memory = 512, 32, 256, 8, True
         args.batch = 2  # 32 short conversations fill only a few packed rows
     if args.threads:
@@ -290,15 +331,25 @@ def main() -> int:
         return 0
     print(f"attnkit {attnkit.__version__}, torch {torch.__version__}, {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} threads, load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    load_start, spread = loadavg(), calibrate(torch.get_num_threads())["max_over_min"]
+    if load_start[0] > 0.5 or spread > 1.5:
+        print(f"WARNING: the machine is not quiet (1-minute load {load_start[0]:.2f}, calibration spread "
+              f"{spread:.2f}x): timings are noisy, compare ratios")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as tmp:
         folder = build_folder(Path(tmp) / "model", args)
-        chats = conversations(args.conversations, args.min_tokens, args.seed)
+        chats = conversations(args.conversations, args.min_tokens, args.seed, args.lengths)
         ours, trl = Attnkit(folder, chats, args), Trl(folder, chats, args)
         sizes = sorted(ours.lengths)
         print(f"model: {sum(p.numel() for p in ours.model.parameters()) / 1e6:.1f}M parameters, {args.layers} layers; "
               f"{len(chats)} conversations of {sizes[0]}..{sizes[-1]} tokens (5th-95th percentile "
               f"{sizes[len(sizes) // 20]}..{sizes[-len(sizes) // 20]}); batch {args.batch}, "
-              f"context {args.context}")  # fmt: skip
+              f"context {args.context}; lengths {args.lengths}")  # fmt: skip
+        fills = {kind: ours.fill(kind) for kind in KINDS[:3]}
+        steps, packed_steps = len(ours.batches["random"]), len(ours.batches["packed"])
+        print(f"real tokens: {fills['random']:.1%} of A' positions, {fills['unpacked']:.1%} of A's, "
+              f"{fills['packed']:.1%} of B's; an epoch is {steps} steps of A' and A, {packed_steps} of B. "
+              f"Padding's bound on B/A': {fills['packed'] / fills['random']:.2f}x (if every position cost the "
+              f"same; the head and loss run on counted tokens only, which packing does not make fewer)")  # fmt: skip
         for kind in KINDS[:3]:
             ours.step(kind)  # warm-up
         print(
@@ -310,11 +361,10 @@ def main() -> int:
             speeds: dict[str, float] = {}
             order = KINDS[r % 4 :] + KINDS[: r % 4]
             for kind in order:
-                if kind == "trl":
-                    seconds, tokens = trl.steps(args.steps)
+                if kind == "trl":  # as many steps as A's epoch
+                    seconds, tokens = trl.steps(len(ours.batches["unpacked"]))
                 else:
-                    pairs = [ours.step(kind) for _ in range(args.steps)]
-                    seconds, tokens = [p[0] for p in pairs], [p[1] for p in pairs]
+                    seconds, tokens = ours.epoch(kind)
                 speeds[kind] = sum(tokens) / sum(seconds)
             row = {**speeds, "packed/random": speeds["packed"] / speeds["random"],
                    "packed/unpacked": speeds["packed"] / speeds["unpacked"],
@@ -327,8 +377,9 @@ def main() -> int:
         if not args.no_memory:
             for kind in ("unpacked", "packed"):
                 argv = [sys.executable, __file__, "--memory-child", kind, "--folder", str(folder)]
-                keys = ("batch", "context", "conversations", "min_tokens", "seed", "threads")
-                argv += [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in keys and v]
+                keys = ("batch", "context", "conversations", "min_tokens", "seed", "threads", "lengths", "full_logits")
+                flags = {f"--{k.replace('_', '-')}": v for k, v in vars(args).items() if k in keys and v}
+                argv += [flag if v is True else f"{flag}={v}" for flag, v in flags.items()]
                 out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
                 memory[kind] = json.loads(out.strip().splitlines()[-1])["peak_growth_mib"]
     packing = statistics.median(r["packed/random"] for r in rounds)
@@ -346,6 +397,7 @@ def main() -> int:
         print(f"peak memory growth during 2 steps: {grown}")
     if args.json:
         args.json.write_text(json.dumps({"rounds": rounds, "packing": packing, "packing_vs_grouped": bucketed,
+                                         "lengths": args.lengths, "fill": fills, "calibration_spread": spread,
                                          "attnkit_vs_trl": versus,
                                          "memory_mib": memory, "load": os.getloadavg()[0]}, indent=2))  # fmt: skip
     if args.quick:

@@ -17,7 +17,7 @@ from attnkit.data.sft.config import SFTDataConfig
 from attnkit.data.sft.encode import collate_examples, encode_conversation, make_example, pack_examples
 from attnkit.data.sft.module import LengthGroupedBatches, SFTDataModule
 from attnkit.models import LanguageModel
-from attnkit.tasks.sft.module import token_losses
+from attnkit.tasks.sft.module import assistant_loss, token_losses
 from attnkit.text.chat import ChatTemplate, encode_chat
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 from attnkit.text.tokenizers import Tokenizer
@@ -165,23 +165,21 @@ def test_the_loss_gradient_is_exactly_zero_at_prompt_positions(tok: Tokenizer, c
     inputs, targets, documents = collate_examples([[e] for e in examples], pad_id=0)
     assert documents is None
     V = tok.vocab_size
-    logits = torch.randn(*inputs.shape, V, requires_grad=True)
-
-    class Fixed(torch.nn.Module):
-        def forward(
-            self, ids: torch.Tensor, document_ids: torch.Tensor | None = None, only: torch.Tensor | None = None
-        ):
-            return logits if only is None else logits[only]
-
     cfg = SFTConfig.model_validate({"model": {"init": "base", "lora": None}})
     lm_config = {"vocab_size": V, "d_model": 8, "num_heads": 2, "num_layers": 1, "dim_feedforward": 8}
     module = SFTModule(task="sft", config=cfg.model_dump(mode="json"), model={"name": "lm", "config": lm_config},
                        artifacts={}, attnkit_version="1", num_classes=V)  # fmt: skip
-    module.model = Fixed()
+    hidden: list[torch.Tensor] = []  # the head's input [B, T, D]: the logits of a position are a function of its row
+
+    def keep(_module: torch.nn.Module, _inputs: object, output: torch.Tensor) -> None:
+        output.retain_grad()
+        hidden.append(output)
+
+    module.model.decoder.register_forward_hook(keep)
     loss, _, _ = module.step((inputs, targets, documents))
     loss.backward()
-    assert logits.grad is not None
-    per_position = logits.grad.abs().sum(-1)
+    assert hidden[0].grad is not None
+    per_position = hidden[0].grad.abs().sum(-1)
     prompt = targets == IGNORE_INDEX
     assert prompt.any() and bool((per_position[prompt] == 0).all())  # exactly zero
     assert bool((per_position[~prompt] > 0).all())
@@ -315,6 +313,9 @@ def test_packed_rows_give_each_conversation_its_unpacked_loss(tok: Tokenizer, ch
         with torch.no_grad():  # `only`: the head on the counted positions alone, the same logits
             full, kept = model(batch[0], document_ids=batch[2]), batch[1] != IGNORE_INDEX
             assert torch.allclose(model(batch[0], document_ids=batch[2], only=kept), full[kept], atol=1e-6)
+            # the task's loss (the head chunk by chunk) of the packed batch: every counted token's mean
+            task_loss, _, _ = assistant_loss(model, batch)
+        assert float(task_loss) == pytest.approx(sum(unpacked) / int(kept.sum()), abs=1e-5, rel=0)
         # without the document mask the later conversations would see the earlier ones
         first = next(r for r in layout if len(r) > 1)
         inputs, targets, _ = collate_examples([[examples[i] for i in first]], 0)

@@ -13,7 +13,7 @@ import torch
 from attnkit.data.lm.blocks import IGNORE_INDEX
 from attnkit.data.sft.encode import collate_examples, encode_conversation, make_example
 from attnkit.interop import load_pretrained
-from attnkit.tasks.sft.module import token_losses
+from attnkit.tasks.sft.module import assistant_loss, token_losses
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
 from chat_models import build_chat_model
@@ -78,3 +78,7 @@ def test_the_masked_loss_equals_trl_sft_trainer_assistant_only_loss(tmp_path: Pa
     ours = float(losses[counted].sum() / counted.sum())
     assert int(counted.sum()) == sum(int((r != IGNORE_INDEX).sum()) for r in batch["labels"])
     assert ours == pytest.approx(trl_loss, abs=1e-5, rel=0)
+    # the loss the task trains on (SFTModule.step: the head chunk by chunk, no [N, V] logits)
+    with torch.no_grad():
+        task_loss, _, _ = assistant_loss(model, collate_examples([[e] for e in examples], pad_id=0))
+    assert float(task_loss) == pytest.approx(trl_loss, abs=1e-5, rel=0)

@@ -9,7 +9,7 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self, overload
 
 import torch
 from pydantic import Field, model_validator
@@ -30,6 +30,7 @@ from attnkit.models.generation import (
 )
 from attnkit.models.registry import register_model
 from attnkit.nn import (
+    IGNORE_INDEX,
     NORMS,
     POSITIONS,
     DecoderCache,
@@ -38,6 +39,7 @@ from attnkit.nn import (
     document_mask,
     document_positions,
     embedding_positions,
+    linear_cross_entropy,
     positions_from_padding_mask,
 )
 
@@ -302,8 +304,31 @@ class LanguageModel(nn.Module):
             return h, maps
         return self.decoder(h, **kwargs), []
 
+    @overload
+    def forward(
+        self,
+        ids: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        cache: DecoderCache | None = None,
+        document_ids: Tensor | None = None,
+        only: Tensor | None = None,
+        targets: None = None,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self,
+        ids: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        cache: DecoderCache | None = None,
+        document_ids: Tensor | None = None,
+        only: None = None,
+        targets: Tensor,
+    ) -> tuple[Tensor, Tensor]: ...
     def forward(self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None,
-                document_ids: Tensor | None = None, only: Tensor | None = None) -> Tensor:  # fmt: skip
+                document_ids: Tensor | None = None, only: Tensor | None = None,
+                targets: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
         """``ids [B, T]`` -> next-token logits ``[B, T, V]``.
 
         With ``cache`` (from :meth:`new_cache`), ``ids`` are only the new positions: they are
@@ -312,9 +337,19 @@ class LanguageModel(nn.Module):
         documents, :func:`attnkit.nn.document_mask`): each token attends only to its own document
         (True = may attend, with the causal mask) and positions restart at each document's start. ``only``
         (boolean ``[B, T]``): the logits ``[N, V]`` of those positions alone (the head skips the others).
+
+        With ``targets [B, T]`` (each position's next token, -100 where the loss does not count it) it
+        returns ``(loss, predictions [N])`` instead: the mean cross-entropy over the ``N`` counted
+        positions and the head's most likely token at each, computed by
+        :func:`attnkit.nn.linear_cross_entropy` chunk by chunk, without the ``[N, V]`` logits.
         """
         h, _ = self._hidden(ids, key_padding_mask, cache, False, document_ids)
-        return self.lm_head(h if only is None else h[only])
+        if targets is None:
+            return self.lm_head(h if only is None else h[only])
+        if only is not None or targets.shape != ids.shape:
+            raise ValueError(f"targets must be [B, T]={list(ids.shape)} (-100 = not counted), without `only`")
+        keep = targets != IGNORE_INDEX
+        return linear_cross_entropy(h[keep], self.lm_head.weight, targets[keep], self.lm_head.bias)
 
     def forward_with_attention(
         self, ids: Tensor, key_padding_mask: Tensor | None = None, *, cache: DecoderCache | None = None

@@ -9,6 +9,7 @@ mean **True = may attend**. Blocks and stacks are built from specs (:class:`Bloc
 from attnkit.nn.attention import KVCache, MultiHeadAttention, attend, scaled_dot_product_attention
 from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock, LayerCache
 from attnkit.nn.feedforward import ACTIVATIONS, ActivationKind, FeedForward
+from attnkit.nn.losses import IGNORE_INDEX, linear_cross_entropy
 from attnkit.nn.masks import (
     PreparedAttention,
     alibi_bias,
@@ -42,6 +43,7 @@ from attnkit.registry import Registry
 
 __all__ = [
     "ACTIVATIONS",
+    "IGNORE_INDEX",
     "NORMS",
     "POSITIONS",
     "ActivationKind",
@@ -76,6 +78,7 @@ __all__ = [
     "embedding_positions",
     "expand_attention_mask",
     "finalize_mask",
+    "linear_cross_entropy",
     "make_norm",
     "padding_mask",
     "padding_mask_from_ids",

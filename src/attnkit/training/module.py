@@ -90,7 +90,8 @@ class TaskModule(L.LightningModule):
         return {}
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """``batch`` -> ``(loss, logits [N, C], target [N])`` with padding already removed."""
+        """``batch`` -> ``(loss, logits [N, C], target [N])`` with padding already removed (or, instead of the
+        logits, the predicted classes ``[N]``: the accuracy metrics take either)."""
         raise NotImplementedError
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
@@ -117,7 +118,7 @@ class TaskModule(L.LightningModule):
         with torch.no_grad():
             n = target.numel()
             correct = (
-                (logits.argmax(-1) == target).sum() if self.train_accuracy else torch.zeros((), device=loss.device)
+                (_predicted(logits) == target).sum() if self.train_accuracy else torch.zeros((), device=loss.device)
             )
             step_sums = torch.stack(
                 [loss.detach().float() * n, correct.float(), torch.tensor(float(n), device=loss.device)]
@@ -226,3 +227,8 @@ class ClassifierModule(TaskModule):
                 "ModelSpec(num_classes=...)"
             )
         return {"acc": MulticlassAccuracy(num_classes, average="micro")}
+
+
+def _predicted(scores: Tensor) -> Tensor:
+    """The predicted classes of :meth:`TaskModule.step`'s second output: logits' argmax, or the classes."""
+    return scores.argmax(-1) if scores.is_floating_point() else scores

@@ -16,12 +16,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from attnkit.nn.losses import IGNORE_INDEX  # targets the loss skips
 from attnkit.text.tokenizer_kinds import BOS_ID, EOS_ID, PAD_ID
 from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 
 __all__ = ["IGNORE_INDEX", "PackedBlocks", "artifacts_of", "pack_documents", "tokenizer_of"]
-
-IGNORE_INDEX = -100  # targets the loss skips (F.cross_entropy's default ignore_index)
 
 
 def pack_documents(

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric
 
-from attnkit.data.lm.blocks import IGNORE_INDEX
+from attnkit.nn import IGNORE_INDEX
 from attnkit.training.module import ClassifierModule
 
 __all__ = ["SFTModule", "assistant_loss", "token_losses"]
@@ -25,13 +25,13 @@ def token_losses(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
 
 
 def assistant_loss(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """``(loss, logits [N, V], targets [N])`` of a batch ``(inputs, targets, document_ids)``: the mean
-    cross-entropy over the ``N`` counted targets, the head run on those positions only."""
+    """``(loss, predictions [N], targets [N])`` of a batch ``(inputs, targets, document_ids)``: the mean
+    cross-entropy over the ``N`` counted targets and the model's most likely token at each. The head runs
+    on those positions only, chunk by chunk, without their ``[N, V]`` logits
+    (:meth:`attnkit.models.LanguageModel.forward` with ``targets``)."""
     inputs, targets, documents = batch
-    keep = targets != IGNORE_INDEX
-    logits = model(inputs, document_ids=documents, only=keep)
-    targets = targets[keep]
-    return F.cross_entropy(logits.float(), targets), logits, targets
+    loss, predictions = model(inputs, document_ids=documents, targets=targets)
+    return loss, predictions, targets[targets != IGNORE_INDEX]
 
 
 class SFTModule(ClassifierModule):
