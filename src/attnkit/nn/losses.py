@@ -29,7 +29,7 @@ IGNORE_INDEX = -100  # targets a loss does not count (F.cross_entropy's default 
 CHUNK_BYTES = 128 << 20
 
 
-@torch.compiler.disable  # a loop over a data-dependent number of chunks: torch.compile runs it as it is
+@torch.compiler.disable  # type: ignore[untyped-decorator]  # untyped in torch; eager: a data-dependent loop
 def linear_cross_entropy(
     hidden: Tensor,
     weight: Tensor,
