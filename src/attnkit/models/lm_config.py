@@ -1,0 +1,185 @@
+"""The decoder-only language model's configuration: :class:`LanguageModelArchitecture` (the shape, with
+named presets in :data:`PRESETS`), :class:`LanguageModelConfig` (plus the vocabulary) and :class:`RopeScaling`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import Field, model_validator
+
+from attnkit.models.config import EncoderConfig, OneOf, StrictModel
+from attnkit.nn import NORMS, POSITIONS, StackSpec
+
+__all__ = ["PRESETS", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
+
+
+class RopeScaling(StrictModel):
+    """Rotary context extension, as Hugging Face transformers' ``rope_scaling`` / ``rope_type``.
+
+    ``type``: ``"linear"`` (inverse frequencies divided by ``factor``), ``"dynamic"`` (NTK-aware: the
+    base grows with the sequence once it exceeds ``original_max_position_embeddings``) or ``"llama3"``
+    (Llama 3.1's per-wavelength blend of the two, with ``low_freq_factor`` / ``high_freq_factor``).
+    ``original_max_position_embeddings``: the pre-training context; ``None`` = 8192 for ``llama3``
+    (Llama 3.1's) and the model's ``max_len`` otherwise (transformers' ``max_position_embeddings``).
+    """
+
+    type: Literal["linear", "dynamic", "llama3"]
+    factor: float = Field(..., gt=0.0)
+    low_freq_factor: float = Field(1.0, gt=0.0)
+    high_freq_factor: float = Field(4.0, gt=0.0)
+    original_max_position_embeddings: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_factors(self) -> RopeScaling:
+        if self.type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ValueError(
+                f"llama3 rope_scaling needs high_freq_factor > low_freq_factor, "
+                f"got {self.high_freq_factor} and {self.low_freq_factor}"
+            )
+        return self
+
+    def as_mapping(self, max_len: int) -> dict[str, object]:
+        """The ``rope_scaling`` mapping of :class:`attnkit.nn.StackSpec` (``original_max_position_embeddings``
+        resolved for a model of context ``max_len``)."""
+        original = self.original_max_position_embeddings
+        if original is None:
+            original = 8192 if self.type == "llama3" else max_len
+        return dict(
+            type=self.type,
+            factor=self.factor,
+            low_freq_factor=self.low_freq_factor,
+            high_freq_factor=self.high_freq_factor,
+            original_max_position_embeddings=original,
+        )
+
+
+_LLAMA: dict[str, Any] = dict(
+    norm="rmsnorm",
+    activation="swiglu",
+    positional="rotary",
+    bias=False,
+    qkv_bias=None,
+    tie_weights=False,
+    norm_first=True,
+    layer_norm_eps=1e-6,
+    sliding_window=None,
+)
+PRESETS: dict[str, dict[str, Any]] = {
+    "gpt2": dict(
+        norm="layernorm",
+        activation="gelu_tanh",
+        positional="learned",
+        bias=True,
+        qkv_bias=None,
+        tie_weights=True,
+        norm_first=True,
+        layer_norm_eps=1e-5,
+        sliding_window=None,
+    ),
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "sliding_window": 4096},
+    "qwen2": {**_LLAMA, "qkv_bias": True},
+}
+"""The family of each preset: the fields it sets (sizes are left to the config)."""
+
+
+class LanguageModelArchitecture(EncoderConfig):
+    """Everything of a language model but its vocabulary (the stack fields as :class:`EncoderConfig`;
+    by default 4 pre-norm GELU blocks); tasks build their ``model`` config section on it and add the
+    vocabulary from their data.
+
+    ``preset`` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``) sets the family's fields
+    (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) wherever they are
+    left at their defaults; fields given other values keep them. :meth:`from_preset` does the same
+    from Python.
+    """
+
+    field_overrides: ClassVar[dict[str, Any]] = {"num_layers": 4, "activation": "gelu", "norm_first": True}
+
+    preset: Literal["gpt2", "llama", "mistral", "qwen2"] | None = Field(
+        None, description="a model family's architecture: gpt2, llama, mistral or qwen2"
+    )
+    norm: Annotated[str, OneOf(NORMS)] = Field("layernorm", description="LayerNorm or RMSNorm (eps: layer_norm_eps)")
+    positional: Annotated[str, OneOf(POSITIONS, exclude=("none",))] = "learned"
+    max_len: int = Field(256, gt=0, description="the context: most positions the model attends over")
+    tie_weights: bool = Field(True, description="lm_head shares its weight with token_embedding")
+    bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
+    qkv_bias: bool | None = Field(None, description="biases in the q/k/v projections (None = follow bias)")
+    layer_norm_eps: float = Field(1e-5, gt=0.0)
+    num_kv_heads: int | None = Field(
+        None, gt=0, description="key/value heads (grouped-query attention): None = num_heads, 1 = multi-query"
+    )
+    rope_theta: float = Field(10000.0, gt=0.0, description="rotary base")
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = Field(
+        None, gt=0, description="each token attends to at most the last sliding_window tokens (itself included)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = data["preset"]
+        if not isinstance(name, str) or name not in PRESETS:  # (a list is unhashable)
+            return data  # the field's own validation names the choices
+        out = dict(data)
+        for key, value in PRESETS[name].items():
+            field = cls.model_fields[key]
+            if key not in out or out[key] == field.default:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Self:
+        """The ``name`` family's architecture (:data:`PRESETS`) with ``overrides`` (e.g. sizes) on top."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls.model_validate({**PRESETS[name], **overrides, "preset": name})
+
+    @model_validator(mode="after")
+    def _check_positions(self) -> LanguageModelArchitecture:
+        head_dim = self.head_dim or self.d_model // self.num_heads
+        if self.positional == "rotary" and head_dim % 2:
+            raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+        if self.rope_scaling is not None and self.positional != "rotary":
+            raise ValueError(f"rope_scaling needs positional='rotary', got positional={self.positional!r}")
+        if self.num_kv_heads is not None and self.num_heads % self.num_kv_heads:
+            options = [h for h in range(1, min(self.num_heads, 1024) + 1) if self.num_heads % h == 0][:10]
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
+            )
+        return self
+
+    def stack_spec(self, **fields: Any) -> StackSpec:
+        """The :class:`attnkit.nn.StackSpec` of the decoder stack (without cross-attention)."""
+        own: dict[str, Any] = dict(
+            bias=self.bias,
+            layer_norm_eps=self.layer_norm_eps,
+            cross_attention=False,
+            norm=self.norm,
+            num_kv_heads=self.num_kv_heads,
+            qkv_bias=self.qkv_bias,
+            positional=self.positional,
+            max_len=self.max_len,
+            rope_theta=self.rope_theta,
+            rope_scaling=None if self.rope_scaling is None else self.rope_scaling.as_mapping(self.max_len),
+            sliding_window=self.sliding_window,
+        )
+        return super().stack_spec(**{**own, **fields})
+
+
+class LanguageModelConfig(LanguageModelArchitecture):
+    """A decoder-only language model: the architecture, the vocabulary size and its special ids."""
+
+    vocab_size: int = Field(..., gt=0, description="token ids lie in [0, vocab_size)")
+    pad_id: int = Field(0, ge=0)
+    bos_id: int = Field(1, ge=0)
+    eos_id: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _check_lm(self) -> LanguageModelConfig:
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(self, name) >= self.vocab_size:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be < vocab_size ({self.vocab_size})")
+        return self
