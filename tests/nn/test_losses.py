@@ -50,16 +50,22 @@ def test_ignored_rows_get_exactly_zero_gradient_and_their_targets_are_never_read
         linear_cross_entropy(hidden, weight, targets, bias, ignore_index=-1)
 
 
-def test_only_the_inputs_that_require_gradients_get_them() -> None:
+def test_only_the_inputs_that_require_gradients_get_them(monkeypatch: pytest.MonkeyPatch) -> None:
     hidden, weight, bias, targets = _inputs()
-    frozen = weight.detach()  # a frozen head (LoRA): no weight gradient is made
+    frozen = weight.detach()  # a frozen head (LoRA)
     loss, _ = linear_cross_entropy(hidden, frozen, targets, None)
     (grad,) = torch.autograd.grad(loss, hidden)
     (want,) = torch.autograd.grad(F.cross_entropy(F.linear(hidden, frozen), targets), hidden)
     torch.testing.assert_close(grad, want)
+    # under no_grad no gradient is made at all (the one_hot subtraction is the gradient's first step)
+    scatters = []
+    scatter_add_ = torch.Tensor.scatter_add_
+    monkeypatch.setattr(torch.Tensor, "scatter_add_", lambda t, *a: scatters.append(1) or scatter_add_(t, *a))
     with torch.no_grad():
-        quiet, _ = linear_cross_entropy(hidden, weight, targets, bias)
-    assert not quiet.requires_grad
+        quiet, _ = linear_cross_entropy(hidden, weight, targets, bias, chunk_size=8)
+    assert not quiet.requires_grad and scatters == []
+    linear_cross_entropy(hidden, weight, targets, bias, chunk_size=8)
+    assert len(scatters) == 5  # one per chunk of 37 rows when gradients are wanted
     torch.testing.assert_close(quiet, F.cross_entropy(F.linear(hidden, weight, bias), targets).float().detach())
 
 

@@ -99,7 +99,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         count = counted.sum()
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         predictions = torch.empty(targets.shape, dtype=torch.long, device=hidden.device)
-        grad_hidden = torch.zeros_like(hidden) if wants[0] else None
+        grad_hidden = torch.empty_like(hidden) if wants[0] else None  # every row is written below
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if wants[1] else None
         grad_bias = torch.zeros(weight.shape[:1], dtype=torch.float32, device=weight.device) if wants[2] else None
         # Each row's gradient is (softmax - one_hot) / count; rows not counted get none. One float32 buffer
