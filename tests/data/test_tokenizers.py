@@ -133,6 +133,13 @@ def test_word_level_vocab_size_and_min_freq():
     assert " z" in tok and " y" in tok and "x" not in tok
 
 
+def test_word_level_keeps_more_than_30000_words():
+    # tokenizers' WordLevelTrainer stops at 30,000 pieces unless told otherwise
+    texts = [" ".join(f"w{i}x" for i in range(j, j + 1000)) for j in range(0, 31000, 1000)]
+    assert build_tokenizer("word", texts).vocab_size == 4 + 1 + 31000  # specials, " ", every word
+    assert build_tokenizer("word", texts, vocab_size=30500).vocab_size == 30500
+
+
 def test_bpe_round_trips_any_text_and_never_uses_unk():
     corpus = _generated_corpus(400, seed=1)
     tok = build_tokenizer("bpe", corpus, vocab_size=400, min_freq=2)

@@ -350,7 +350,10 @@ def build_tokenizer(
             hf.train_from_iterator(cut_long_texts(texts), trainer=bpe_trainer)
             _check_not_empty(texts.seen, kind)
             return Tokenizer(hf, "bpe", _GENERATION_SPECIALS)
-        trainer = trainers.WordLevelTrainer(min_frequency=min_freq, special_tokens=[], show_progress=False)
+        # The trainer's own vocab_size defaults to 30,000: every piece is kept here, and cut below by rank.
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=2**31 - 1, min_frequency=min_freq, special_tokens=[], show_progress=False
+        )
         hf.train_from_iterator(cut_long_texts(texts) if kind == "word" else texts, trainer=trainer)
         learned = sorted(hf.get_vocab().items(), key=lambda kv: kv[1])
         tokens = [t for t, _ in learned if t not in specials]
