@@ -55,7 +55,7 @@ def _write(path: Path, lines: list[object]) -> Path:
     return path
 
 
-def _counted_text(tok: Tokenizer, ids: list[int], counted: list[bool]) -> list[str]:
+def counted_text(tok: Tokenizer, ids: list[int], counted: list[bool]) -> list[str]:
     """The counted tokens' text, one string per contiguous run."""
     runs: list[list[int]] = []
     for i, (token, c) in enumerate(zip(ids, counted)):
@@ -132,7 +132,7 @@ def test_reader_refuses_other_files_and_checks_the_group_key(tmp_path: Path) -> 
 def test_only_the_replies_and_their_end_of_turn_count(tok: Tokenizer, chatml: ChatTemplate) -> None:
     ids, counted = encode_conversation(tok, chatml, CONVERSATION)
     assert ids == encode_chat(tok, chatml, CONVERSATION, add_generation_prompt=False)  # the chat renderer's ids
-    assert _counted_text(tok, ids, counted) == ["5<|im_end|>", "2 of course<|im_end|>"]
+    assert counted_text(tok, ids, counted) == ["5<|im_end|>", "2 of course<|im_end|>"]
     ids, counted = encode_conversation(tok, chatml, CONVERSATION, train_on_prompt=True)
     assert all(counted)
 
@@ -142,19 +142,127 @@ def test_a_template_without_turn_tokens_gets_eos_after_the_last_reply(tok: Token
     text = ChatTemplate.default().render(CONVERSATION, add_generation_prompt=False)
     assert ids == [*tok.encode(text, add_special_tokens=False), tok.eos_id]
     # the first reply ends where the next turn starts (the default template's stop string)
-    assert _counted_text(tok, ids, counted) == [" 5\n\nUser:", " 2 of course<|im_end|>"]
+    assert counted_text(tok, ids, counted) == [" 5\n\nUser:", " 2 of course<|im_end|>"]
 
 
-@pytest.mark.parametrize("name", ["llama3.2.jinja", "qwen2.5.jinja", "mistral-v0.3.jinja"])
-def test_real_templates_mark_the_replies(tok: Tokenizer, name: str) -> None:
-    specials = {"bos_token": "<s>", "eos_token": "</s>"}
-    template = ChatTemplate((TEMPLATES / name).read_text(), specials, origin=name)
-    messages = [m for m in CONVERSATION if m["role"] != "system"] if "mistral" in name else CONVERSATION
+# Replies that are also in the prompt (and in the system message): a search of the text for them finds the prompt's.
+NAMES = [
+    {"role": "system", "content": "Answer with names only, as in John or Mary."},
+    {"role": "user", "content": "Extract the name: John went home."},
+    {"role": "assistant", "content": "John"},
+    {"role": "user", "content": "And here: Mary met John at home."},
+    {"role": "assistant", "content": "Mary"},
+    {"role": "user", "content": "Both, as in 'John and Mary'?"},
+    {"role": "assistant", "content": "John and Mary"},
+]
+# Per template: what each reply is counted as ({} is the reply): what the template writes between the prompt and
+# the reply, the reply, and its end of turn; the last one, EOS (<|im_end|>) when the end of turn is not a token.
+COUNTED = {
+    None: [" {}\n\nUser:", " {}\n\nUser:", " {}<|im_end|>"],  # attnkit's default: the next turn's start
+    "llama2.jinja": [" {} </s>", " {} </s>", " {} </s><|im_end|>"],
+    "llama3.2.jinja": ["{}<|eot_id|>", "{}<|eot_id|>", "{}<|eot_id|><|im_end|>"],
+    "mistral-v0.3.jinja": [" {}</s>", " {}</s>", " {}</s><|im_end|>"],
+    "qwen2.5.jinja": ["{}<|im_end|>", "{}<|im_end|>", "{}<|im_end|>"],
+}
+SPECIALS = {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def _template(name: str | None) -> ChatTemplate:
+    if name is None:
+        return ChatTemplate.default()
+    return ChatTemplate((TEMPLATES / name).read_text(), SPECIALS, origin=name)
+
+
+def test_every_template_of_the_folder_has_its_expected_spans() -> None:
+    assert sorted(n for n in COUNTED if n) == sorted(p.name for p in TEMPLATES.glob("*.jinja"))
+
+
+@pytest.mark.parametrize("system", [True, False], ids=["system", "no-system"])
+@pytest.mark.parametrize("name", list(COUNTED), ids=lambda n: n or "default")
+def test_real_templates_count_each_reply_and_nothing_else(tok: Tokenizer, name: str | None, system: bool) -> None:
+    """Three replies that each also occur in the prompt before them, with and without a system message (which
+    Mistral v0.3 moves into the last user turn, so that the conversation's start changes as it goes on): the
+    counted tokens are each reply and its end of turn, exactly."""
+    template = _template(name)
+    messages = NAMES if system else NAMES[1:]
     ids, counted = encode_conversation(tok, template, messages)
-    end = template.end_of_turn()
-    eos = "" if tok.token_to_id(end or "") is not None else "<|im_end|>"  # no end-of-turn token: EOS after the last
-    runs = [run.lstrip() for run in _counted_text(tok, ids, counted)]  # Mistral's " 5": the space is the reply's
-    assert end and runs == [f"5{end}", f"2 of course{end}{eos}"]
+    eos = [] if tok.token_to_id(template.end_of_turn() or "") is not None else [tok.eos_id]
+    assert ids == encode_chat(tok, template, messages, add_generation_prompt=False) + eos
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert counted_text(tok, ids, counted) == [form.format(r) for form, r in zip(COUNTED[name], replies)]
+
+
+@pytest.mark.parametrize(
+    ("name", "counted"), [("llama3.2.jinja", "John<|eot_id|><|im_end|>"), ("qwen2.5.jinja", " John \n<|im_end|>")]
+)
+def test_a_reply_is_counted_as_the_template_writes_it(tok: Tokenizer, name: str, counted: str) -> None:
+    """Llama 3 trims a reply's whitespace, Qwen keeps it: either is the reply as given."""
+    messages = [{"role": "user", "content": "John?"}, {"role": "assistant", "content": " John \n"}]
+    ids, mask = encode_conversation(tok, _template(name), messages)
+    assert counted_text(tok, ids, mask)[0] == counted
+
+
+REASONING = [
+    {"role": "user", "content": "Extract the name: John went home."},
+    {"role": "assistant", "content": "<think>The person is John.</think>John"},
+    {"role": "user", "content": "And here: Mary met John at home."},
+    {"role": "assistant", "content": "<think>Mary met him.</think>Mary"},
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "index", "problem"),
+    [
+        ("uppercase-replies.jinja", 1, "the template does not write it (or changes its text)"),
+        ("drops-earlier-replies.jinja", 1, "the template does not write it (or changes its text)"),
+        ("strips-earlier-reasoning.jinja", 1, "the template writes it as 'John', not as its content"),
+        ("reversed-turns.jinja", 1, "its prompt ends with '<|im_end|>\\n<|im_start|>assistant\\n' after message 0"),
+        ("repeats-last-reply.jinja", 5, "the template writes it 2 times"),
+        ("counts-reply-characters.jinja", 1, "the template writes it with other text (the rendering differs from the"),
+        ("prompts-another-role.jinja", 1, "its prompt ends with '<|im_end|>\\n<|im_start|>bot\\n' after message 0"),
+    ],
+)
+def test_a_template_that_rewrites_replies_is_refused_by_name(
+    tok: Tokenizer, name: str, index: int, problem: str
+) -> None:
+    """Templates that change, drop, reorder or repeat replies: an error naming the template, what it does and
+    the fix, never a span elsewhere (a search for "John" finds the one in a prompt)."""
+    template = ChatTemplate((TEMPLATES / "rewriting" / name).read_text(), SPECIALS, origin=name)
+    messages = REASONING if "reasoning" in name else NAMES[1:]
+    with pytest.raises(ValueError) as err:
+        encode_conversation(tok, template, messages)
+    message = str(err.value)
+    assert f"tokens of assistant message {index} to train on with the chat template ({name})" in message
+    assert problem in message and "Fix: give the model folder a chat_template.jinja" in message
+
+
+def test_replies_that_start_or_end_like_the_placeholder_and_a_reply_first(tok: Tokenizer, chatml: ChatTemplate) -> None:
+    """The placeholder's first and last characters differ from the reply's, trimmed or not; a conversation may
+    start with a reply (no prompt: its span starts at its text)."""
+    replies = ["⟦John⟧", " ⟨Mary⟩ ", "⟨⟦both⟧⟩"]
+    for template, written in ((chatml, replies), (_template("llama3.2.jinja"), [r.strip() for r in replies])):
+        messages = [{"role": "assistant", "content": replies[0]}]
+        for reply in replies[1:]:
+            messages += [{"role": "user", "content": "⟦and⟧"}, {"role": "assistant", "content": reply}]
+        ids, counted = encode_conversation(tok, template, messages)
+        end = template.end_of_turn()
+        runs = counted_text(tok, ids, counted)
+        assert runs[:2] == [f"{written[0]}{end}", f"{written[1]}{end}"] and runs[2].startswith(f"{written[2]}{end}")
+
+
+def test_a_user_message_the_template_changes_is_refused_when_it_is_needed(tok: Tokenizer) -> None:
+    """When the prompt does not begin the conversation (the system message goes to the last user turn, as in
+    Mistral v0.3), the span starts after the previous message's content: found as a reply's is, and refused
+    the same way when the template changes it."""
+    source = (TEMPLATES / "mistral-v0.3.jinja").read_text()
+    source = source.replace('message["content"] + "[/INST]"', 'message["content"] | upper + "[/INST]"')
+    template = ChatTemplate(source, SPECIALS, origin="shouting-mistral")
+    ids, counted = encode_conversation(tok, template, NAMES[1:])  # no system message: the prompt begins the text
+    expected = [" John</s>", " Mary</s>", " John and Mary</s><|im_end|>"]
+    assert counted_text(tok, ids, counted) == expected
+    problem = r"\(shouting-mistral\): rendered with the placeholder .* the template does not write message 1 \(user\)"
+    with pytest.raises(ValueError, match=r"assistant message 2 to train on with the chat template " + problem):
+        encode_conversation(tok, template, NAMES)
 
 
 def test_the_loss_gradient_is_exactly_zero_at_prompt_positions(tok: Tokenizer, chatml: ChatTemplate) -> None:

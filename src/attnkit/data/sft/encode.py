@@ -2,12 +2,14 @@
 loss counts marked (the assistant's replies, each with its end-of-turn token), then cut, padded or packed.
 
 The text is :meth:`ChatTemplate.render` of the whole conversation (the renderer ``attnkit chat`` uses; the
-ids are those of :func:`attnkit.text.chat.encode_chat` with ``add_generation_prompt=False``). An assistant
-reply starts where the template's generation prompt for it ends (the conversation before it rendered with
-``add_generation_prompt=True``) and ends after its content and the template's end-of-turn text
-(:meth:`ChatTemplate.end_of_turn`: ``<|im_end|>``, ``<|eot_id|>``...). A token counts when its characters
-overlap a reply. A template without an end-of-turn *token* (attnkit's default, plain text) gets the
-tokenizer's EOS after a final reply, so that the model learns to stop.
+ids are those of :func:`attnkit.text.chat.encode_chat` with ``add_generation_prompt=False``). The replies in it
+are found by construction, from other renderings of the same conversation, never by searching the text
+(:func:`assistant_spans`): a reply is where the text changes when its content is replaced by a placeholder; its
+span starts where its prompt (the conversation before it with the template's generation prompt) ends and ends
+after its content and the template's end-of-turn text (:meth:`ChatTemplate.end_of_turn`: ``<|im_end|>``,
+``<|eot_id|>``...). A template that drops, changes, repeats or reorders replies is refused with an error that
+names it. A token counts when its characters overlap a reply. A template without an end-of-turn *token*
+(attnkit's default, plain text) gets the tokenizer's EOS after a final reply, so that the model learns to stop.
 """
 
 from __future__ import annotations
@@ -45,37 +47,128 @@ class Example:
         return sum(t != IGNORE_INDEX for t in self.targets)
 
 
+def _forms(content: str) -> tuple[str, ...]:
+    """How a template may write a reply and still write it as given: verbatim, or with the whitespace around it
+    trimmed (``| trim``, ``.strip()``)."""
+    return content, content.strip(), content.lstrip(), content.rstrip()
+
+
+def _placeholder(content: str) -> str:
+    """A reply of mixed-case text that a template writing replies as given writes unchanged, whose first and
+    last characters differ from those of every form of ``content`` (so that where a rendering with it differs
+    from the real one is exactly the reply)."""
+    forms = _forms(content)  # they start with at most one non-space character (the first after the spaces)
+    left = next(c for c in "⟦⟨" if not any(f.startswith(c) for f in forms))
+    right = next(c for c in "⟧⟩" if not any(f.endswith(c) for f in forms))
+    return f"{left}AttnKit reply placeholder{right}"
+
+
+def _common_start(text: str, other: str) -> int:
+    """The length of the longest common beginning of ``text`` and ``other`` (by halving: string comparisons)."""
+    same, most = 0, min(len(text), len(other))
+    while same < most:
+        half = (same + most + 1) // 2
+        if text[same:half] == other[same:half]:
+            same = half
+        else:
+            most = half - 1
+    return same
+
+
+def _difference(text: str, other: str) -> tuple[int, int, int]:
+    """``(start, end, other_end)``: ``text[start:end]`` and ``other[start:other_end]`` are where the two differ,
+    between their longest common beginning and their longest common ending (which do not overlap)."""
+    start = _common_start(text, other)
+    same_end = _common_start(text[start:][::-1], other[start:][::-1])
+    return start, len(text) - same_end, len(other) - same_end
+
+
+def _refusal(template: ChatTemplate, i: int, problem: str) -> ValueError:
+    return ValueError(
+        f"cannot tell which tokens of assistant message {i} to train on with the chat template ({template.origin}): "
+        f"{problem}. The sft task trains on each reply as the template writes it, found by rendering the "
+        "conversation with a placeholder in place of a message, so the template must write each message once and "
+        "as given (surrounding whitespace aside), and end the prompt of a reply (the conversation before it with "
+        "the generation prompt) as the conversation goes on to that reply. Fix: give the model folder a "
+        "chat_template.jinja that does (it is also what attnkit chat and serve use), or split the conversation into "
+        "conversations that each end with one reply the template keeps"
+    )
+
+
+def _content_at(
+    template: ChatTemplate, messages: Sequence[dict[str, str]], j: int, text: str, prompt: bool, reply: int
+) -> tuple[int, int]:
+    """Where ``text`` (``messages`` rendered, with a generation prompt when ``prompt``) holds message ``j``'s
+    content: what changes when that content is replaced by a placeholder, checked to be the placeholder alone
+    in that rendering and the content (or the content trimmed) in ``text``. Errors are about assistant message
+    ``reply``."""
+    content = messages[j]["content"]
+    mark = _placeholder(content)
+    marked = [*messages[:j], {**messages[j], "content": mark}, *messages[j + 1 :]]
+    other = template.render(marked, add_generation_prompt=prompt)
+    start, end, other_end = _difference(text, other)
+    name = "it" if j == reply else f"message {j} ({messages[j]['role']})"
+    if other[start:other_end] != mark:
+        times = other.count(mark)
+        what = f"writes {name} {times} times" if times > 1 else "writes it with other text"
+        what = f"does not write {name} (or changes its text)" if not times else what
+        raise _refusal(
+            template, reply, f"rendered with the placeholder {mark!r} in place of its content, the template {what} "
+            f"(the rendering differs from the real one in {other[start:other_end]!r:.160})"
+        )  # fmt: skip
+    if text[start:end] not in _forms(content):
+        raise _refusal(
+            template, reply, f"the template writes {name} as {text[start:end]!r:.120}, not as its content "
+            f"{content!r:.120}"
+        )  # fmt: skip
+    return start, end
+
+
 def assistant_spans(template: ChatTemplate, messages: Sequence[dict[str, str]], text: str) -> list[tuple[int, int]]:
     """``(start, end)`` character spans of ``text`` (``messages`` rendered by ``template`` without a generation
-    prompt) that hold the assistant's replies and their end-of-turn text."""
-    end_of_turn = template.end_of_turn() or ""
+    prompt) that hold the assistant's replies and their end-of-turn text, found by construction (never by
+    searching ``text`` for a reply):
+
+    - a reply is where ``text`` differs from the conversation rendered with a placeholder in place of its
+      content (checked: the placeholder written once and unchanged, the content as given or trimmed);
+    - its span starts where its prompt (``messages[:i]`` rendered with the generation prompt) ends: where that
+      rendering ends when it is how ``text`` begins before the reply (what follows it up to the reply is the
+      reply's too: Mistral's space after ``[/INST]``); else (Mistral v0.3 writes the system message in the last
+      user turn only) the text the prompt ends with after the previous message's content
+      (``<|im_end|>\\n<|im_start|>assistant\\n``, ``[/INST]``) must follow that content in ``text``, and the span
+      starts after it;
+    - it ends after the template's :meth:`~ChatTemplate.end_of_turn` text when that follows the reply (after
+      whitespace, if any).
+
+    The previous message's content is found as a reply's is. A template that makes this
+    impossible (it drops, changes, repeats or reorders messages, or its generation prompt is not what the
+    conversation writes before a reply) is a ``ValueError`` that names it."""
+    end_of_turn = template.end_of_turn()
     spans: list[tuple[int, int]] = []
-    cursor = 0
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prefix = template.render(list(messages[:i]), add_generation_prompt=True) if i else ""
-        body = message["content"].strip()
-        if text.startswith(prefix) and len(prefix) >= cursor:
-            start = len(prefix)
-            found = text.find(body, start)
-        else:  # a template that rewrites earlier turns: the reply's text after the previous one
-            found = text.find(body, cursor)
-            start = found
-        if found < 0:
-            raise ValueError(
-                f"the chat template ({template.origin}) does not write assistant message {i} as given; the sft task "
-                "needs templates that keep the replies' text"
-            )
-        end = found + len(body)
+        start, end = _content_at(template, messages, i, text, False, i)
+        lead = start
+        if i:
+            before = template.render(list(messages[:i]), add_generation_prompt=True)
+            if text[:start].startswith(before):  # the prompt is how the text begins: the reply's part follows it
+                lead = len(before)
+            else:  # the prompt begins otherwise (Mistral): after message i - 1, the prompt's end must follow
+                tail = before[_content_at(template, messages[:i], i - 1, before, True, i)[1] :]
+                after = _content_at(template, messages, i - 1, text, False, i)[1]
+                if not text[after:start].startswith(tail):
+                    raise _refusal(
+                        template, i, f"its prompt ends with {tail!r:.120} after message {i - 1}, but the "
+                        f"conversation writes {text[after:start]!r:.120} between message {i - 1} and it"
+                    )  # fmt: skip
+                lead = after + len(tail)
         rest = text[end:]
-        skip = len(rest) - len(rest.lstrip())
-        if end_of_turn and rest.startswith(end_of_turn):
-            end += len(end_of_turn)
-        elif end_of_turn and rest[skip:].startswith(end_of_turn):
-            end += skip + len(end_of_turn)
-        spans.append((start, end))
-        cursor = end
+        for gap in (0, len(rest) - len(rest.lstrip())):
+            if end_of_turn is not None and rest[gap:].startswith(end_of_turn):
+                end += gap + len(end_of_turn)
+                break
+        spans.append((lead, end))
     return spans
 
 
