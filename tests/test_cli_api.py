@@ -11,6 +11,8 @@ import textwrap
 from pathlib import Path
 
 import click
+import pytest
+from click.testing import CliRunner
 
 import attnkit.api
 import attnkit.cli
@@ -93,3 +95,58 @@ def test_importing_the_api_imports_neither_torch_nor_lightning():
     code = "import sys, attnkit.api; print('torch' in sys.modules, 'lightning' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+TINY_LM = [
+    "data.builtin_documents=60",
+    "model.d_model=32",
+    "model.num_layers=1",
+    "model.num_heads=2",
+    "model.dim_feedforward=64",
+    "model.max_len=32",
+    "trainer.max_epochs=1",
+    "trainer.batch_size=16",
+    "trainer.threads=1",
+    "trainer.progress_bar=false",
+]
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lm")
+    result = CliRunner().invoke(main, ["train", "lm", "--output_dir", str(out), "name=tiny", *TINY_LM])
+    assert result.exit_code == 0, result.output
+    return out / "lm" / "tiny"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--temperature", "-1"], "temperature must be a number >= 0"),
+        (["--temperature", "1e-300"], "temperature must be a number >= 0 (0 = greedy; otherwise finite, >= 0.01"),
+        (["--temperature", "nan"], "temperature must be a number >= 0"),
+        (["--seed", str(2**64)], "seed must be an integer in [0, 2**64) (or None: unseeded), got 18446744073709551616"),
+        (["--seed", "-1"], "seed must be an integer in [0, 2**64)"),
+        (["--max-new-tokens", str(2**40)], "max_new_tokens must be an int in [0, 1048576]"),
+    ],
+)
+def test_generate_checks_its_options_before_it_writes_anything(lm_run: Path, options: list[str], message: str):
+    """A wrong sampling option is `error: ...` (exit code 2), and nothing else: the prompt is not written
+    first (it used to be: `hierror: ...`), and a temperature too small for float32 is no traceback."""
+    result = CliRunner().invoke(main, ["generate", str(lm_run), "--prompt", "hi", *options])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stdout == ""
+    assert result.stderr == f"error: {result.stderr.removeprefix('error: ')}" and message in result.stderr
+
+
+def test_chat_refuses_wrong_sampling_options_naming_them(tmp_path: Path):
+    from chat_models import build_chat_model
+
+    folder = build_chat_model(tmp_path / "tiny-chat")
+    for options, message in [
+        (["--temperature", "1e-300"], "temperature must be a number >= 0 (0 = greedy; otherwise finite, >= 0.01"),
+        (["--seed", str(2**64)], "seed must be an integer in [0, 2**64)"),
+    ]:
+        result = CliRunner().invoke(main, ["chat", str(folder), *options], input="hi\n")
+        assert result.exit_code == 2, (result.output, result.exception)
+        assert result.stdout == "" and message in result.stderr

@@ -18,6 +18,11 @@ from attnkit.models.generation import (
     top_p_filter,
 )
 
+TEMPERATURE = (
+    "temperature must be a number >= 0 (0 = greedy; otherwise finite, >= 0.01, so that logits / temperature "
+    "cannot overflow)"
+)
+
 
 @pytest.mark.parametrize(
     "kwargs",
@@ -41,9 +46,9 @@ def test_check_sampling_accepts_the_ends_of_its_ranges(kwargs: dict) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"temperature": -0.1}, "temperature must be a number >= 0 (0 = greedy), got -0.1"),
-        ({"temperature": True}, "temperature must be a number >= 0 (0 = greedy), got True"),
-        ({"temperature": "1"}, "temperature must be a number >= 0 (0 = greedy), got '1'"),
+        ({"temperature": -0.1}, TEMPERATURE + ", got -0.1"),
+        ({"temperature": True}, TEMPERATURE + ", got True"),
+        ({"temperature": "1"}, TEMPERATURE + ", got '1'"),
         ({"temperature": 1.0, "top_k": 0}, "top_k must be None or an int >= 1, got 0"),
         ({"temperature": 1.0, "top_k": True}, "top_k must be None or an int >= 1, got True"),
         ({"temperature": 1.0, "top_k": 2.0}, "top_k must be None or an int >= 1, got 2.0"),
@@ -55,7 +60,10 @@ def test_check_sampling_accepts_the_ends_of_its_ranges(kwargs: dict) -> None:
         ({"temperature": 1.0, "min_p": 1.01}, "min_p must be None or a number in [0, 1], got 1.01"),
         ({"temperature": 1.0, "min_p": True}, "min_p must be None or a number in [0, 1], got True"),
         ({"temperature": 1.0, "min_p": "0.1"}, "min_p must be None or a number in [0, 1], got '0.1'"),
-        ({"temperature": 1.0, "repetition_penalty": 0}, "repetition_penalty must be a number > 0 (1 = none), got 0"),
+        (
+            {"temperature": 1.0, "repetition_penalty": 0},
+            "repetition_penalty must be a number > 0 (1 = none) and finite, got 0",
+        ),
         ({"temperature": 1.0, "repetition_penalty": True}, "repetition_penalty must be a number > 0 (1 = none)"),
         ({"temperature": 1.0, "repetition_penalty": "2"}, "repetition_penalty must be a number > 0 (1 = none)"),
     ],

@@ -51,10 +51,11 @@ class Server:
         return int(match.group(1))
 
 
-def start_server(folder: Path, *args: str, log: Path) -> Server:
-    """``attnkit serve FOLDER --port 0 ARGS`` in a process; waits for the line giving its URL."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    env.pop("ATTNKIT_API_KEY", None)
+def start_server(folder: Path, *args: str, log: Path, env: dict[str, str] | None = None) -> Server:
+    """``attnkit serve FOLDER --port 0 ARGS`` in a process (``env``: variables to set besides ours, e.g. the
+    API key); waits for the line giving its URL."""
+    env = {**{k: v for k, v in os.environ.items() if k != "ATTNKIT_API_KEY"}, **(env or {})}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     stderr = log.open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "attnkit", "serve", str(folder), "--port", "0", *args],

@@ -199,3 +199,209 @@ def test_requests_waiting_together_are_prefilled_in_one_pass_and_get_their_alone
     longest = max(len(pretrained.encode_prompt(text)) for text in PROMPTS)
     assert prefills == [(5, longest)]
     assert engine.stats()["peak_rows"] == 6
+
+
+def failure(sink: Collector, timeout: float = 60) -> str:
+    """The message of ``sink``'s :class:`Failed` event (the pieces before it skipped)."""
+    while True:
+        event = sink.events.get(timeout=timeout)
+        if isinstance(event, Failed):
+            return event.message
+        assert not isinstance(event, Finished), f"the request finished instead of failing: {event}"
+
+
+def wait_until(check: Any, timeout: float = 60) -> bool:
+    deadline = threading.Event()
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return True
+        deadline.wait(0.02)
+    return bool(check())
+
+
+def test_trimming_keeps_continuous_traffic_within_the_context(pretrained: Any) -> None:
+    """A chain of requests where each joins while the one before is still decoding, so the batch is never
+    empty: without trimming its leading all-padding columns, the batch would grow one column per step,
+    past the model's context of 128 positions, and the requests would fail. With it, the batch is never
+    wider than its longest live row, and each request gets its alone text."""
+    params = SamplingParams(max_tokens=40, temperature=0.0)
+    prompts = [pretrained.encode_prompt(text) for text in PROMPTS * 2]  # 8 requests x 40 tokens, 20 overlapping
+    with Engine(pretrained.model, pretrained.tokenizer, max_batch=4, stop_ids=[]) as engine:
+        alone = [run(engine, ids, params).texts for ids in prompts]
+        widths: list[int] = []
+        sinks = [Collector() for _ in prompts]
+
+        def chained(k: int) -> Any:
+            events = {"n": 0}
+
+            def sink(event: Any) -> None:
+                sinks[k](event)
+                widths.append(engine.stats()["width"])
+                events["n"] += 1
+                due = events["n"] == 20 or (isinstance(event, Finished) and events["n"] < 20)  # never a hang
+                if due and k + 1 < len(prompts):
+                    engine.submit(prompts[k + 1], params, chained(k + 1))  # the next one joins mid-decode
+
+            return sink
+
+        engine.submit(prompts[0], params, chained(0))
+        got = [sink.wait().texts for sink in sinks]
+    assert got == alone
+    longest = max(map(len, prompts)) + params.max_tokens  # type: ignore[operator]  # max_tokens is set
+    assert max(widths) <= longest < engine.context < 20 * len(prompts)
+
+
+def test_a_request_cancelled_mid_decode_leaves_the_batch_and_the_others_go_on(engine: Engine, pretrained: Any) -> None:
+    """Cancelled after admission, while it decodes next to another request: its row leaves the batch at
+    the next step (the batch shrinks to the other row, which finishes with its alone text), and it gets
+    no more events."""
+    long = SamplingParams(max_tokens=80, temperature=0.0)
+    other_ids = pretrained.encode_prompt("The quiet fox")
+    alone = run(engine, other_ids, long).texts
+    rows_after_cancel: list[int] = []
+    cancelled = threading.Event()
+    other = Collector()
+
+    def watch(event: Any) -> None:  # the other request's events (engine thread)
+        other(event)
+        if cancelled.is_set():
+            rows_after_cancel.append(engine.stats()["live_rows"])
+
+    holder: dict[str, Any] = {}
+    ready = threading.Event()
+    victim = Collector()
+
+    def cancel_at_first_piece(event: Any) -> None:  # runs on the engine thread, mid-decode
+        victim(event)
+        if isinstance(event, Piece) and not cancelled.is_set():
+            assert ready.wait(60)
+            holder["request"].cancel()
+            cancelled.set()
+
+    engine.submit(other_ids, long, watch)
+    holder["request"] = engine.submit(pretrained.encode_prompt("The old owl"), long, cancel_at_first_piece)
+    ready.set()
+    assert other.wait().texts == alone
+    assert cancelled.is_set()
+    assert rows_after_cancel and rows_after_cancel[-1] == 1  # the cancelled row left while the other decoded
+    assert wait_until(lambda: engine.stats()["live_rows"] == 0)
+    assert engine.stats()["cancelled_rows"] == 1
+    events = list(victim.events.queue)
+    assert not any(isinstance(e, Finished | Failed) for e in events)
+    assert sum(isinstance(e, Piece) for e in events) == 1  # nothing after the cancel
+
+
+BAD_SEED = 666
+
+
+def failing_sampler(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
+    """Make the engine's sampling raise for the request seeded ``BAD_SEED``, at its ``at_call``-th draw
+    (1: in the prefill), as a bug or bad value of that one request would."""
+    import attnkit.serve.engine as engine_module
+
+    real = engine_module.sample_next_token
+    calls = {"n": 0}
+
+    def sample(logits: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        generator = kwargs.get("generator")
+        if generator is not None and generator.initial_seed() == BAD_SEED:
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                raise RuntimeError("probability tensor contains either inf, nan or element < 0")
+        return real(logits, **kwargs)
+
+    monkeypatch.setattr(engine_module, "sample_next_token", sample)
+
+
+@pytest.mark.parametrize("at_call", [1, 4])  # in the shared prefill, and mid-decode
+def test_a_request_whose_row_fails_fails_alone(pretrained: Any, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
+    """One request's sampling raises (in the prefill it shares with others, or mid-decode next to a
+    stream already in progress): that request gets a Failed event, and every other request, greedy or
+    seeded, finishes with the text it gets alone."""
+    greedy = SamplingParams(max_tokens=40, temperature=0.0)
+    seeded = SamplingParams(max_tokens=30, temperature=1.0, top_p=0.9, seed=7, n=2)
+    bad = SamplingParams(max_tokens=30, temperature=0.8, seed=BAD_SEED, n=2)
+    texts = ["The quiet fox", "It was late."]
+    with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[]) as alone_engine:
+        alone_greedy = run(alone_engine, pretrained.encode_prompt(texts[0]), greedy).texts
+        alone_seeded = run(alone_engine, pretrained.encode_prompt(texts[1]), seeded).texts
+    failing_sampler(monkeypatch, at_call)
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[])
+    streams, victim = [Collector(), Collector()], Collector()
+    engine.submit(pretrained.encode_prompt(texts[0]), greedy, streams[0])
+    engine.submit(pretrained.encode_prompt(texts[1]), seeded, streams[1])
+    engine.submit(pretrained.encode_prompt("The old owl"), bad, victim)
+    with engine:  # started now: the three requests are prefilled together, then decoded as one batch
+        assert "probability tensor" in failure(victim)
+        assert streams[0].wait().texts == alone_greedy
+        assert streams[1].wait(2).texts == alone_seeded
+        assert wait_until(lambda: engine.stats()["live_rows"] == 0)
+        assert run(engine, pretrained.encode_prompt("A"), GREEDY).reasons[0] in ("stop", "length")
+    assert not any(isinstance(e, Failed) for e in list(victim.events.queue))  # one Failed event, no more
+
+
+def test_a_prefill_that_fails_because_of_one_request_fails_only_that_request(pretrained: Any) -> None:
+    """The shared prefill's forward pass raises because of one prompt: the engine prefills each request
+    alone, so only that request fails and the others get their alone texts."""
+    marker = pretrained.tokenizer.vocab_size - 1  # an id none of the other prompts holds
+    good = [pretrained.encode_prompt(text) for text in PROMPTS[:3]]
+    assert not any(marker in ids for ids in good)
+    model = pretrained.model
+
+    def refuse_marker(module: Any, args: Any) -> None:
+        if bool((args[0] == marker).any()):
+            raise RuntimeError("a prompt the model cannot take")
+
+    with Engine(model, pretrained.tokenizer, max_batch=8, stop_ids=[]) as alone_engine:
+        alone = [run(alone_engine, ids, GREEDY).texts for ids in good]
+    handle = model.register_forward_pre_hook(refuse_marker)
+    try:
+        engine = Engine(model, pretrained.tokenizer, max_batch=8, stop_ids=[])
+        sinks, victim = [Collector() for _ in good], Collector()
+        for ids, sink in zip(good[:2], sinks):
+            engine.submit(ids, GREEDY, sink)
+        engine.submit([*good[0], marker], GREEDY, victim)
+        engine.submit(good[2], GREEDY, sinks[2])
+        with engine:
+            assert "cannot take" in failure(victim)
+            assert [sink.wait().texts for sink in sinks] == alone
+    finally:
+        handle.remove()
+
+
+def test_sampling_options_are_refused_naming_the_field(engine: Engine) -> None:
+    """The engine's own check is the shared one: a seed past 2**64, a temperature that would overflow the
+    logits, a prompt id outside the vocabulary are refused before the request is queued."""
+    with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 2\*\*64\).*got 18446744073709551616"):
+        engine.check([1, 2], SamplingParams(seed=2**64))
+    with pytest.raises(ValueError, match=r"^temperature must be .*>= 0.01.*got 1.7e-39"):
+        engine.check([1, 2], SamplingParams(temperature=1.7e-39))
+    with pytest.raises(ValueError, match=r"^max_tokens must be an int in \[1, "):
+        engine.check([1, 2], SamplingParams(max_tokens=0))
+    with pytest.raises(ValueError, match="prompt token ids must be ints in"):
+        engine.check([1, 10**6], SamplingParams())
+    assert engine.stats()["waiting"] == 0
+
+
+def test_a_request_whose_stop_handling_fails_fails_alone(pretrained: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error while one request's text is decoded or checked for stop strings (here: its StopText raises
+    at its third token) ends that request only; a stream decoding next to it gets its alone text."""
+    import attnkit.serve.engine as engine_module
+
+    class Fragile(engine_module.StopText):
+        def add(self, piece: str) -> tuple[str, bool]:
+            self.calls = getattr(self, "calls", 0) + 1
+            if "@@" in self.stops and self.calls == 3:
+                raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+            return super().add(piece)
+
+    long = SamplingParams(max_tokens=40, temperature=0.0)
+    ids = pretrained.encode_prompt("The quiet fox")
+    with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[]) as engine:
+        alone = run(engine, ids, long).texts
+        monkeypatch.setattr(engine_module, "StopText", Fragile)
+        stream, victim = Collector(), Collector()
+        engine.submit(ids, long, stream)
+        engine.submit(pretrained.encode_prompt("The old owl"), SamplingParams(max_tokens=40, stop=("@@",)), victim)
+        assert "UnicodeDecodeError" in failure(victim)
+        assert stream.wait().texts == alone

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from serve_helpers import Server
 
 OK = {"model": "tiny-chat", "prompt": "The old owl", "max_tokens": 2, "temperature": 0}
+TEXTS = ["The old owl", "It was late.", "The big dog sat", "A"]
 
 
 def error(
@@ -51,11 +53,54 @@ def test_prompt_longer_than_the_context_is_400(server: Server) -> None:
         ("stop", [""]),
         ("prompt", []),
         ("seed", "x"),
+        ("seed", 2**64),  # past a torch.Generator's seeds: it used to raise in the shared prefill
+        ("seed", -1),
+        ("seed", True),
+        ("seed", 1.5),
+        ("temperature", 1.7e-39),  # logits / temperature would overflow float32
+        ("temperature", 1e-300),
+        ("temperature", float("nan")),  # json.dumps writes NaN, which the server's JSON parser reads
+        ("temperature", float("inf")),
+        ("temperature", "0.5"),
+        ("top_p", float("nan")),
+        ("max_tokens", 2**64),
     ],
 )
 def test_out_of_range_parameters_are_400_naming_the_parameter(server: Server, field: str, value: object) -> None:
     err = error(server, {**OK, field: value}, 400)
     assert err["param"] == field and field in err["message"]
+
+
+def test_sampling_errors_say_what_was_wrong_in_the_shared_words(server: Server) -> None:
+    """The server's message is the check every entry point shares (attnkit generate, chat, explore)."""
+    err = error(server, {**OK, "seed": 2**64}, 400)
+    assert err == {
+        "message": "seed must be an integer in [0, 2**64) (or None: unseeded), got 18446744073709551616",
+        "type": "invalid_request_error",
+        "param": "seed",
+        "code": None,
+    }
+    chat = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}]}
+    err = error(server, {**chat, "max_completion_tokens": 0}, 400, "/v1/chat/completions")
+    assert err["param"] == "max_completion_tokens" and err["message"].startswith("max_completion_tokens must be")
+    err = error(server, {**chat, "temperature": 1e-300}, 400, "/v1/chat/completions")
+    assert err["param"] == "temperature" and ">= 0.01" in err["message"]
+
+
+def test_a_bad_request_among_good_ones_fails_alone(server: Server) -> None:
+    """Requests sent together with one whose seed is out of range: the bad one is a 400, every other gets
+    the answer it gets alone (the bad seed used to fail the shared prefill, and with it the others)."""
+    bodies = [{**OK, "prompt": text, "max_tokens": 12, "temperature": 0.9, "seed": k} for k, text in enumerate(TEXTS)]
+    alone = [server.request("POST", "/v1/completions", body) for body in bodies]
+    assert all(status == 200 for status, _ in alone), alone
+    bad = {**OK, "max_tokens": 12, "temperature": 0.9, "seed": 2**64}
+    with ThreadPoolExecutor(len(bodies) + 1) as pool:
+        futures = [pool.submit(server.request, "POST", "/v1/completions", body) for body in [*bodies, bad]]
+        got = [f.result() for f in futures]
+    assert got[-1][0] == 400 and got[-1][1]["error"]["param"] == "seed"
+    assert [(status, data["choices"][0]["text"]) for status, data in got[:-1]] == [
+        (200, data["choices"][0]["text"]) for _, data in alone
+    ]
 
 
 def test_missing_fields_and_bad_messages_are_400(server: Server) -> None:

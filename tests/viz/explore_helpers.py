@@ -3,12 +3,15 @@ line of output; stopped by the tests) and a headless Chromium that refuses every
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,3 +91,41 @@ def wait_for(page: Any, text: str, version: int = 0) -> int:
         "([t, v]) => document.body.dataset.text === t && Number(document.body.dataset.version) > v", arg=[text, version]
     )
     return int(page.evaluate("document.body.dataset.version"))
+
+
+def raw(url: str, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """``(status, body)`` of one request written on a socket as given (``Host`` included)."""
+    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    head = {"Host": f"127.0.0.1:{port}", "Content-Length": str(len(body)), "Connection": "close", **(headers or {})}
+    lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in head.items())]
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head_text, _, rest = data.partition(b"\r\n\r\n")
+    status = int(head_text.split()[1])
+    return status, json.loads(rest) if b"application/json" in head_text.lower() else rest
+
+
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """``app`` on uvicorn on 127.0.0.1 (a free port) in a thread of this process; yields its URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(32)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

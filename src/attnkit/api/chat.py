@@ -15,6 +15,7 @@ import torch
 
 from attnkit.api.models import load_model
 from attnkit.interop import Pretrained
+from attnkit.models.generation import check_sampling
 
 __all__ = ["ChatSession", "Reply"]
 
@@ -36,7 +37,8 @@ class ChatSession:
 
     When the conversation and room for the reply (``reserve`` tokens, default ``min(max_new_tokens,
     context / 4)``) outgrow the context, the oldest turns are dropped (the system message is kept) and
-    the :class:`Reply` says how many messages went.
+    the :class:`Reply` says how many messages went. The options are checked first
+    (:func:`attnkit.models.generation.check_sampling`: a ``ValueError`` naming the option).
     """
 
     model: Pretrained
@@ -52,6 +54,10 @@ class ChatSession:
     history: list[dict[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        check_sampling(
+            self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty,
+            seed=self.seed, max_tokens=self.max_new_tokens, max_tokens_field="max_new_tokens", min_tokens=1,
+        )  # fmt: skip
         if isinstance(self.model, str | Path):
             self.model = load_model(self.model)
         self.model.encode_chat([{"role": "user", "content": "hi"}])  # not a chat model: fail before the first turn

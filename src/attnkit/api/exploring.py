@@ -25,17 +25,20 @@ def explore(
     temperature slider, and its generation step by step (:mod:`attnkit.viz.explorer`). Everything the page
     uses is served from the package: it works offline.
 
-    ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one). ``on_ready`` receives the
-    page's URL once the socket listens; ``open_browser`` opens it in the default browser, where one exists."""
+    ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one); on a loopback address, requests
+    whose ``Host`` header is not a loopback name are refused (421), so that web pages of other sites cannot
+    drive it. ``on_ready`` receives the page's URL once the socket listens; ``open_browser`` opens it in the
+    default browser, where one exists."""
     try:
         import uvicorn  # noqa: F401 -- needed by listen_and_run; checked before the model loads
 
+        from attnkit.serve.guard import is_loopback
         from attnkit.viz.explorer.app import create_explore_app
     except ImportError as err:
         raise ImportError(f"{err}: attnkit explore needs FastAPI and uvicorn: pip install 'attnkit[serve]'") from None
     from attnkit.viz.explorer import load_explorer
 
-    app = create_explore_app(load_explorer(run))
+    app = create_explore_app(load_explorer(run), local_only=is_loopback(host))
 
     def ready(url: str) -> None:
         if on_ready is not None:

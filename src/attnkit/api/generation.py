@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from attnkit.data.readers.lines import read_lines
+from attnkit.models.generation import check_sampling
 from attnkit.tasks.lm import generate_from_run
 from attnkit.tasks.translate import translate_run
 
@@ -37,7 +38,14 @@ def generate(
     ``top_k``, ``top_p`` and ``min_p`` restrict the sampled tokens, ``repetition_penalty`` > 1
     discourages repeats, a text stops at any of the ``stop`` strings (cut before it), and ``seed``
     makes the sampling reproducible. See :func:`attnkit.tasks.lm.generate_text`.
+
+    The options are checked first (:func:`attnkit.models.generation.check_sampling`: a ``ValueError``
+    naming the option), before the run is loaded or anything is written.
     """
+    check_sampling(
+        temperature, top_k, top_p, min_p, repetition_penalty,
+        seed=seed, max_tokens=max_new_tokens, max_tokens_field="max_new_tokens",
+    )  # fmt: skip
     return generate_from_run(
         run,
         prompt,

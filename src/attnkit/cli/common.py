@@ -34,20 +34,28 @@ OUT_HELP = "Image file to write: .png or .svg (default: %s)."
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SAMPLING = (
-    click.option("--temperature", default=1.0, show_default=True, type=float, help="0 = greedy; higher = more random."),
+    click.option(
+        "--temperature",
+        default=1.0,
+        show_default=True,
+        type=float,
+        help="0 = greedy, else >= 0.01; higher = more random.",
+    ),
     click.option("--top-k", type=click.IntRange(min=1), help="Sample among the K most likely tokens only."),
     click.option("--top-p", type=float, help="Sample among the most likely tokens whose probability sums to P."),
     click.option("--min-p", type=float, help="Drop tokens less likely than P times the most likely one."),
     click.option(
         "--repetition-penalty", default=1.0, show_default=True, type=float, help="> 1 discourages repeating tokens."
     ),
-    click.option("--seed", type=int, help="Seed the sampling: the same seed gives the same text."),
+    click.option("--seed", type=int, help="Seed the sampling, in [0, 2**64): the same seed gives the same text."),
 )
 
 
 def sampling_options(command: F) -> F:
     """The sampling flags a command that generates text takes (``generate``, ``chat``): ``--temperature``,
-    ``--top-k``, ``--top-p``, ``--min-p``, ``--repetition-penalty`` and ``--seed``."""
+    ``--top-k``, ``--top-p``, ``--min-p``, ``--repetition-penalty`` and ``--seed``. Their values are checked by
+    :func:`attnkit.models.generation.check_sampling` (the rules ``serve`` and ``explore`` share) before the
+    command loads a model or writes anything."""
     for option in reversed(_SAMPLING):
         command = option(command)
     return command

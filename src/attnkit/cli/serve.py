@@ -6,29 +6,60 @@ import sys
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from attnkit import api
+from attnkit.api.serving import ServeLimits
 from attnkit.cli.common import USER_ERRORS, fail, main
 from attnkit.config import UserPath
+
+LIMITS = ServeLimits()  # the defaults the flags show (pydantic only: no torch at start-up)
 
 
 @main.command()
 @click.argument("run", type=UserPath())
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
-@click.option("--api-key", help="Requests need 'Authorization: Bearer KEY' (default: $ATTNKIT_API_KEY; none: open).")
+@click.option(
+    "--api-key",
+    help="Every request but GET /health needs 'Authorization: Bearer KEY' (default: $ATTNKIT_API_KEY, which ps "
+    "does not show: prefer it; none: open).",
+)
 @click.option(
     "--max-batch", default=32, show_default=True, type=click.IntRange(min=1), help="Most sequences decoded at once."
 )
 @click.option("--model-name", help="The model's name in the API (default: the folder's name).")
-def serve(run: str, host: str, port: int, api_key: str | None, max_batch: int, model_name: str | None) -> None:
+@click.option(
+    "--max-body-bytes", default=LIMITS.max_body_bytes, show_default=True, type=click.IntRange(min=1),
+    help="Most bytes of a request body (more: 413).",
+)  # fmt: skip
+@click.option(
+    "--max-prompts", default=LIMITS.max_prompts, show_default=True, type=click.IntRange(min=1),
+    help="Most prompts of one completions request (more: 400).",
+)  # fmt: skip
+@click.option(
+    "--max-chars", default=LIMITS.max_chars, show_default=True, type=click.IntRange(min=1),
+    help="Most characters of one request's prompts or messages together (more: 400, before tokenizing).",
+)  # fmt: skip
+@click.option(
+    "--max-queue", default=LIMITS.max_queue, show_default=True, type=click.IntRange(min=1),
+    help="Most prompts waiting for room in the batch (full: 429 with Retry-After); at least --max-prompts.",
+)  # fmt: skip
+@click.option(
+    "--max-tokens", default=LIMITS.max_tokens, show_default=True, type=click.IntRange(min=1),
+    help="Most new tokens of one choice: a request asking more gets this many; chat's default max_tokens.",
+)  # fmt: skip
+def serve(
+    run: str, host: str, port: int, api_key: str | None, max_batch: int, model_name: str | None, **limits: int
+) -> None:
     """Serve RUN (an attnkit run, an attnkit model folder or a Hugging Face folder) with an
     OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions (streamed with
     "stream": true). Concurrent requests are decoded together (continuous batching). Ctrl-C stops it.
+    On 127.0.0.1 (the default) it answers only requests addressed to a loopback name.
 
     \b
       attnkit serve ./SmolLM2-135M-Instruct --port 8000
-      attnkit serve runs/lm/20261122-101500 --api-key secret --max-batch 16
+      ATTNKIT_API_KEY=secret attnkit serve runs/lm/20261122-101500 --max-batch 16
     """
     name = model_name or Path(run).name
 
@@ -37,8 +68,13 @@ def serve(run: str, host: str, port: int, api_key: str | None, max_batch: int, m
         sys.stdout.flush()  # a process reading our stdout (a test, a supervisor) learns the port now
 
     try:
+        checked = ServeLimits(**limits)
+    except ValidationError as err:
+        fail(ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")))
+    try:
         api.serve(
-            run, host=host, port=port, api_key=api_key, max_batch=max_batch, model_name=model_name, on_ready=ready
-        )
+            run, host=host, port=port, api_key=api_key, max_batch=max_batch, model_name=model_name,
+            limits=checked, on_ready=ready,
+        )  # fmt: skip
     except (*USER_ERRORS, ImportError) as err:
         fail(err)

@@ -6,25 +6,34 @@
   requests join at the next step), usable without HTTP: :meth:`Engine.submit` a prompt's ids with
   :class:`SamplingParams` and a callback that receives :class:`Piece` / :class:`Finished` /
   :class:`Failed` events.
+- :class:`ServeLimits`: what one request and the queue may hold (``attnkit serve``'s ``--max-*`` flags).
 
-Needs the ``serve`` extras (FastAPI, uvicorn) for the app; the engine needs only torch.
+Needs the ``serve`` extras (FastAPI, uvicorn) for the app; the engine needs only torch. Names are imported
+on first use: ``attnkit serve --help`` reads :class:`ServeLimits`' defaults without importing torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, Request, SamplingParams
 
 if TYPE_CHECKING:
     from attnkit.serve.app import create_app
+    from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, Request, SamplingParams
+    from attnkit.serve.limits import ServeLimits
 
-__all__ = ["Engine", "Event", "Failed", "Finished", "Piece", "Request", "SamplingParams", "create_app"]
+__all__ = ["Engine", "Event", "Failed", "Finished", "Piece", "Request", "SamplingParams", "ServeLimits", "create_app"]
+
+HOMES = {
+    **dict.fromkeys(
+        ["Engine", "Event", "Failed", "Finished", "Piece", "Request", "SamplingParams"], "attnkit.serve.engine"
+    ),
+    "ServeLimits": "attnkit.serve.limits",
+    "create_app": "attnkit.serve.app",  # FastAPI only when the app is built
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "create_app":  # FastAPI only when the app is built
-        from attnkit.serve.app import create_app
-
-        return create_app
+    if name in HOMES:
+        return getattr(importlib.import_module(HOMES[name]), name)
     raise AttributeError(f"module 'attnkit.serve' has no attribute {name!r}")

@@ -2,6 +2,12 @@
 ``POST /v1/chat/completions`` (each also streamed as server-sent events with ``stream: true``), and
 ``GET /health`` (the engine's live rows and waiting requests).
 
+In front of the app, :class:`~attnkit.serve.guard.Guard` refuses foreign ``Host`` headers (on loopback),
+requests without the API key (every path but ``/health``), bodies that are not ``application/json`` and
+bodies over ``--max-body-bytes``; :class:`~attnkit.serve.limits.Admission` refuses too many prompts or
+characters before tokenizing (which runs off the event loop) and a full queue (429). A non-streamed request
+whose client hangs up is cancelled like a stream.
+
 Every request is decoded by one :class:`~attnkit.serve.engine.Engine` (continuous batching); the
 engine thread hands each event to the request's asyncio queue with ``loop.call_soon_threadsafe``.
 Errors have OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
@@ -10,16 +16,16 @@ Errors have OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -28,6 +34,8 @@ from starlette.exceptions import HTTPException
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
 from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, SamplingParams
+from attnkit.serve.guard import Guard
+from attnkit.serve.limits import Admission, QueueFull, ServeLimits, TooMuchText
 from attnkit.serve.schemas import ChatRequest, CompletionRequest, SamplingRequest, error_body, validation_message
 from attnkit.text.tokenizers import Tokenizer
 
@@ -35,16 +43,18 @@ __all__ = ["API_KEY_ENV", "create_app"]
 
 API_KEY_ENV = "ATTNKIT_API_KEY"
 Body = TypeVar("Body", bound=SamplingRequest)
+DISCONNECT_POLL = 0.25  # seconds between checks that a non-streamed request's client is still there
 log = logging.getLogger(__name__)
 
 
 class _Error(Exception):
     def __init__(
         self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-        code: str | None = None,
+        code: str | None = None, headers: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(message)
         self.status, self.body = status, error_body(message, type=type, param=param, code=code)
+        self.headers = headers
 
 
 def create_app(
@@ -54,15 +64,19 @@ def create_app(
     api_key: str | None = None,
     max_batch: int = 32,
     engine: Engine | None = None,
+    limits: ServeLimits | None = None,
+    local_only: bool = True,
 ) -> FastAPI:
     """The FastAPI app serving ``pretrained`` (an :class:`attnkit.interop.Pretrained` decoder).
 
     ``model_name``: the name clients pass as ``model`` (default: the model folder's name).
-    ``api_key``: when set (default: the ``ATTNKIT_API_KEY`` environment variable), every ``/v1`` request
-    needs ``Authorization: Bearer <api_key>`` (else 401). ``max_batch``: most sequences decoded at
-    once (a request with ``n`` choices counts ``n``). ``engine``: an engine to use instead of one
-    built here. The engine thread starts and stops with the app (its lifespan). Run it with uvicorn,
-    as ``attnkit serve`` does.
+    ``api_key``: when set (default: the ``ATTNKIT_API_KEY`` environment variable), every request but
+    ``GET /health`` needs ``Authorization: Bearer <api_key>`` (else 401), ``/docs`` and ``/openapi.json``
+    included. ``max_batch``: most sequences decoded at once (a request with ``n`` choices counts ``n``).
+    ``engine``: an engine to use instead of one built here. ``limits``: :class:`ServeLimits` (default: its
+    defaults). ``local_only``: refuse requests whose ``Host`` is not a loopback name (421); leave it True
+    when listening on a loopback address (``attnkit serve`` sets it from ``--host``). The engine thread
+    starts and stops with the app (its lifespan). Run it with uvicorn, as ``attnkit serve`` does.
     """
     model, tokenizer = pretrained.model, pretrained.tokenizer
     if not isinstance(model, LanguageModel) or not isinstance(tokenizer, Tokenizer):
@@ -81,6 +95,9 @@ def create_app(
     name = model_name or pretrained.source.name
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
     created = int(time.time())
+    limits = limits or ServeLimits()
+    admission = Admission(limits, lambda: engine.stats()["waiting"])
+    tokenizing = CapacityLimiter(1)  # one request's text at a time, on a worker thread
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -92,28 +109,19 @@ def create_app(
 
     app = FastAPI(title="attnkit serve", lifespan=lifespan)
     app.state.engine = engine
+    app.add_middleware(
+        Guard, local_only=local_only, max_body_bytes=limits.max_body_bytes, api_key=key,
+        error=lambda message, code: error_body(message, code=code), limit_hint=" (attnkit serve --max-body-bytes)",
+    )  # fmt: skip
 
     @app.exception_handler(_Error)
     async def _on_error(request: Request, err: _Error) -> JSONResponse:
-        return JSONResponse(err.body, status_code=err.status)
+        return JSONResponse(err.body, status_code=err.status, headers=err.headers)
 
     @app.exception_handler(HTTPException)
     async def _on_http(request: Request, err: HTTPException) -> JSONResponse:
         code = "not_found" if err.status_code == 404 else None
         return JSONResponse(error_body(str(err.detail), code=code), status_code=err.status_code)
-
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if key is not None and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                why = "no API key given" if not given else "the API key is wrong"
-                body = error_body(
-                    f"{why}: send the header 'Authorization: Bearer <key>' with the server's --api-key",
-                    code="invalid_api_key",
-                )
-                return JSONResponse(body, status_code=401)
-        return await call_next(request)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -153,22 +161,50 @@ def create_app(
             raise _Error(400, str(err), param=param if code else None, code=code) from None
         return ids
 
+    async def admitted(
+        texts: list[str], param: str, count: int, encode: Callable[[], list[list[int]]]
+    ) -> list[list[int]]:
+        """The ids of a request's ``count`` prompts: ``encode()`` run on a worker thread (one request at a
+        time) once its ``texts`` pass the limits (else 400) and the queue has room (else 429)."""
+        try:
+            admission.check_texts(texts, param)
+            admission.reserve(count)
+        except TooMuchText as err:
+            raise _Error(400, str(err), param=err.param) from None
+        except QueueFull as err:
+            raise _Error(429, str(err), type="server_busy", code="queue_full", headers={"Retry-After": "1"}) from None
+        try:
+            return await to_thread.run_sync(encode, limiter=tokenizing)
+        finally:  # _answer submits them before its first await: the count moves to the engine's queue at once
+            admission.release(count)
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await parse(request, CompletionRequest)
-        params = _params(body, body.max_tokens, (), ())
-        prompts = [encoded(pretrained.encode_prompt(p), "prompt", params) for p in body.prompts()]
-        return await _answer(engine, body, prompts, params, name, chat=False)
+        params = _params(body, limits.cap(body.max_tokens), (), ())
+        texts = body.prompts()
+
+        def encode() -> list[list[int]]:
+            return [encoded(pretrained.encode_prompt(p), "prompt", params) for p in texts]
+
+        prompts = await admitted(texts, "prompt", len(texts), encode)
+        return await _answer(engine, request, body, prompts, params, name, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await parse(request, ChatRequest)
-        try:
-            ids = pretrained.encode_chat(body.dicts(), add_generation_prompt=True)
-        except (ValueError, TypeError) as err:  # the template refuses the messages (raise_exception)
-            raise _Error(400, f"the chat template refused the messages: {err}", param="messages") from None
-        params = _params(body, body.limit(), tuple(pretrained.stop_strings), tuple(pretrained.stop_ids))
-        return await _answer(engine, body, [encoded(list(ids), "messages", params)], params, name, chat=True)
+        params = _params(body, limits.cap(body.limit()), tuple(pretrained.stop_strings), tuple(pretrained.stop_ids))
+        messages = body.dicts()
+
+        def encode() -> list[list[int]]:
+            try:
+                ids = pretrained.encode_chat(messages, add_generation_prompt=True)
+            except (ValueError, TypeError) as err:  # the template refuses the messages (raise_exception)
+                raise _Error(400, f"the chat template refused the messages: {err}", param="messages") from None
+            return [encoded(list(ids), "messages", params)]
+
+        prompts = await admitted([m["content"] for m in messages], "messages", 1, encode)
+        return await _answer(engine, request, body, prompts, params, name, chat=True)
 
     return app
 
@@ -187,31 +223,56 @@ def _params(body: Any, max_tokens: int | None, stops: tuple[str, ...], stop_ids:
 
 
 async def _answer(
-    engine: Engine, body: Any, prompts: list[list[int]], params: SamplingParams, name: str, *, chat: bool
+    engine: Engine,
+    request: Request,
+    body: Any,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    name: str,
+    *,
+    chat: bool,
 ) -> Response:
-    """Submit one engine request per prompt; the JSON answer, or the stream of chunks."""
+    """Submit one engine request per prompt; the JSON answer, or the stream of chunks. A client that
+    hangs up cancels its engine requests: a stream's at its next chunk, a JSON answer's within
+    ``DISCONNECT_POLL`` seconds."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
     requests = []
-    for k, ids in enumerate(prompts):
+    try:
+        for k, ids in enumerate(prompts):
 
-        def sink(event: Event, k: int = k) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (k, event))
+            def sink(event: Event, k: int = k) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, (k, event))
 
-        requests.append(engine.submit(ids, params, sink))
+            requests.append(engine.submit(ids, params, sink))
+    except BaseException:  # a prompt the engine refuses: the ones already queued leave with it
+        for r in requests:
+            r.cancel()
+        raise
     meta = _Meta(name, chat, params.n, sum(map(len, prompts)))
     if body.stream:
         chunks = _stream(queue, meta, len(prompts) * params.n, body.include_usage(), requests)
         return StreamingResponse(chunks, media_type="text/event-stream")
     texts: dict[int, list[str]] = {}
     reasons: dict[int, str] = {}
-    try:
+
+    async def collect() -> None:
         async for index, event in _events(queue, len(prompts) * params.n, params.n, meta):
             if isinstance(event, Piece):
                 texts.setdefault(index, []).append(event.text)
             else:
                 reasons[index] = event.reason
+
+    task = asyncio.ensure_future(collect())
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL)
+            if not task.done() and await request.is_disconnected():
+                log.info("a client hung up: its %d prompt(s) leave the engine", len(prompts))
+                return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        task.result()  # a failure's _Error
     finally:
+        task.cancel()
         for r in requests:
             r.cancel()
     choices = [meta.choice(i, "".join(texts.get(i, [])), reasons[i]) for i in sorted(reasons)]

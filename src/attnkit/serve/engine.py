@@ -8,6 +8,11 @@ finish. The batch is left-padded: ``key_padding_mask`` is True at real tokens, a
 position counts only its own row's tokens, so every row computes what it would alone. Finished and
 cancelled rows leave the batch (``index_select``) and leading columns that became padding in every
 row are trimmed, so the batch is as wide as its longest live row.
+
+Every request fails alone: an error while handling one request's rows (seeding its generator, sampling its
+tokens, decoding its text, stop strings) ends that request with a :class:`Failed` event and the batch goes
+on. A prefill that fails for several requests together is retried one request at a time, so only the
+request that causes it fails. Only an error of the shared decoding step itself fails every live row.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 from torch import Tensor
 
 from attnkit.models import LanguageModel
-from attnkit.models.generation import sample_next_token
+from attnkit.models.generation import check_max_tokens, check_sampling, sample_next_token
 from attnkit.nn import DecoderCache
 from attnkit.text.stops import StopText
 from attnkit.text.streaming import StreamDecoder
@@ -77,7 +82,8 @@ class Finished:
 
 @dataclass(frozen=True)
 class Failed:
-    """The request failed inside the engine (the server answers 500); nothing more follows."""
+    """The request failed inside the engine (the server answers 500); nothing more follows (for any of
+    its choices)."""
 
     message: str
 
@@ -179,7 +185,14 @@ class Engine:
         self.shutdown()
 
     def check(self, prompt: Sequence[int], params: SamplingParams) -> None:
-        """Raise a ``ValueError`` if ``prompt`` (ids) does not fit the context or ``params`` are invalid."""
+        """Raise a ``ValueError`` if ``prompt`` (ids) does not fit the context or ``params`` are invalid
+        (the sampling options by :func:`attnkit.models.generation.check_sampling`, which names the field)."""
+        check_sampling(params.temperature, top_p=params.top_p, seed=params.seed)
+        check_max_tokens(params.max_tokens, minimum=1)
+        if isinstance(params.n, bool) or not isinstance(params.n, int) or not 1 <= params.n <= self.max_batch:
+            raise ValueError(f"n must be in [1, {self.max_batch}] (the server's --max-batch), got {params.n!r}")
+        if isinstance(params.stop, str) or not all(isinstance(s, str) and s for s in params.stop):
+            raise ValueError(f"stop must be a tuple of non-empty strings, got {params.stop!r}")
         if not prompt:
             raise ValueError("the prompt has no tokens")
         if len(prompt) >= self.context:
@@ -187,12 +200,10 @@ class Engine:
                 f"the prompt has {len(prompt)} tokens but the model's context is {self.context} tokens "
                 "(prompt and completion together): shorten the prompt"
             )
-        if params.n < 1 or params.n > self.max_batch:
-            raise ValueError(f"n must be in [1, {self.max_batch}] (the server's --max-batch), got {params.n}")
-        if params.max_tokens is not None and params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
-            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got {params.temperature}, {params.top_p}")
+        vocab = self.model.config.vocab_size
+        bad = [i for i in prompt if isinstance(i, bool) or not hasattr(i, "__index__") or not 0 <= int(i) < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids must be ints in [0, {vocab}) (the model's vocabulary), got {bad[0]!r}")
 
     def submit(self, prompt: Sequence[int], params: SamplingParams, sink: Callable[[Event], None]) -> Request:
         """Queue a request (checked by :meth:`check`); it joins the batch at the next step. ``sink``
@@ -258,17 +269,38 @@ class Engine:
                         rows += request.params.n
             if not admitted:
                 return
-            try:
-                self._prefill(admitted)
-            except Exception as err:
-                log.exception("prefill failed")
-                for request in admitted:
-                    _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
+            prefilled = self._prefill_each(admitted)
+            while prefilled:
+                group, prompts = prefilled.pop(0)
+                try:
+                    self._join(group, *prompts)
+                except Exception as err:  # merging failed: the batch may be broken, _run fails its rows
+                    _fail_all_of([r for later, _ in prefilled for r in later], err)
+                    raise
             self._drop(lambda row: row.done or row.request.cancelled)
 
-    def _prefill(self, requests: list[Request]) -> None:
+    def _prefill_each(self, requests: list[Request]) -> list[tuple[list[Request], tuple[DecoderCache, Tensor, Tensor]]]:
+        """The prefill of ``requests`` together; if that pass fails, of each request alone (a request that
+        fails alone gets a :class:`Failed` event), so that one request's failure is never the others'."""
+        try:
+            return [(requests, self._prefill(requests))]
+        except Exception as err:
+            if len(requests) == 1:
+                self._fail(requests[0], err, [])
+                return []
+            log.warning("the prefill of %d requests failed (%s); prefilling each alone", len(requests), err)
+        done = []
+        for request in requests:
+            try:
+                done.append(([request], self._prefill([request])))
+            except Exception as err:
+                self._fail(request, err, [])
+        return done
+
+    def _prefill(self, requests: list[Request]) -> tuple[DecoderCache, Tensor, Tensor]:
         """One forward pass over the prompts of ``requests``, left-padded to the longest (positions count
-        each row's own tokens; a request alone passes no mask), then each request's first tokens."""
+        each row's own tokens; a request alone passes no mask) -> ``(cache, mask, last logits)``, one row
+        per choice. Changes nothing of the batch."""
         width = max(len(r.prompt) for r in requests)
         ids = torch.zeros(len(requests), width, dtype=torch.long, device=self._device)
         mask = torch.zeros(len(requests), width, dtype=torch.bool, device=self._device)  # True = real token
@@ -285,29 +317,47 @@ class Engine:
             )
             cache.reorder(index)
             logits, mask = logits.index_select(0, index), mask.index_select(0, index)
+        return cache, mask, logits
+
+    def _join(self, requests: list[Request], cache: DecoderCache, mask: Tensor, logits: Tensor) -> None:
+        """Each request's first tokens from its prefill's ``logits`` (a request that fails here fails
+        alone: its rows join as finished, and leave), then the prefill merged into the batch."""
         rows: list[_Row] = []
         tokens: list[Tensor] = []
         start = 0
-        for request, n in zip(requests, counts):
-            params = request.params
+        for request in requests:
+            params, n = request.params, request.params.n
             room = self.context - len(request.prompt)
             limit = room if params.max_tokens is None else min(params.max_tokens, room)
-            rows += [
-                _Row(request, i, limit, len(request.prompt), StreamDecoder(self.tokenizer), StopText(params.stop))
-                for i in range(n)
-            ]
-            request.generator = torch.Generator(device=self._device)
-            request.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
-            tokens.append(self._sample(logits[start : start + n], params, request.generator))
+            try:
+                mine = [
+                    _Row(request, i, limit, len(request.prompt), StreamDecoder(self.tokenizer), StopText(params.stop))
+                    for i in range(n)
+                ]
+                request.generator = torch.Generator(device=self._device)
+                request.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
+                tokens.append(self._sample(logits[start : start + n], params, request.generator))
+            except Exception as err:
+                mine = [
+                    _Row(request, i, 0, len(request.prompt), StreamDecoder(self.tokenizer), StopText(()), done=True)
+                    for i in range(n)
+                ]
+                tokens.append(torch.zeros(n, dtype=torch.long, device=self._device))
+                self._fail(request, err, mine)
+            rows += mine
             start += n
-        first = torch.cat(tokens)
-        if self._cache is None:
-            self._cache, self._mask, self._pending = cache, mask, first
-        else:
-            self._cache.merge(cache)
-            width = max(self._mask.shape[1], mask.shape[1])
-            self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
-            self._pending = torch.cat([self._pending, first])
+        try:
+            first = torch.cat(tokens)
+            if self._cache is None:
+                self._cache, self._mask, self._pending = cache, mask, first
+            else:
+                self._cache.merge(cache)
+                width = max(self._mask.shape[1], mask.shape[1])
+                self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
+                self._pending = torch.cat([self._pending, first])
+        except Exception as err:  # not joined: the requests not failed yet fail now (then the batch)
+            _fail_all_of(list({id(r.request): r.request for r in rows if not r.done}.values()), err)
+            raise
         self._rows.extend(rows)
         self.peak_rows = max(self.peak_rows, len(self._rows))
         for row, token in zip(rows, first.tolist()):
@@ -320,7 +370,7 @@ class Engine:
         self._mask = torch.cat([self._mask, ones], dim=1)
         logits = self.model(self._pending[:, None], self._mask, cache=self._cache)[:, -1]
         self.steps += 1
-        tokens = torch.empty(len(self._rows), dtype=torch.long, device=self._device)
+        tokens = torch.zeros(len(self._rows), dtype=torch.long, device=self._device)
         groups: dict[int, list[int]] = {}
         for i, row in enumerate(self._rows):
             groups.setdefault(id(row.request), []).append(i)
@@ -328,11 +378,14 @@ class Engine:
         for idx in groups.values():
             request = self._rows[idx[0]].request
             index = torch.tensor(idx, device=self._device)
-            if request.params.temperature == 0:
-                greedy = logits.argmax(dim=-1) if greedy is None else greedy
-                tokens[index] = greedy[index]
-            else:
-                tokens[index] = self._sample(logits[index], request.params, request.generator)
+            try:
+                if request.params.temperature == 0:
+                    greedy = logits.argmax(dim=-1) if greedy is None else greedy
+                    tokens[index] = greedy[index]
+                else:
+                    tokens[index] = self._sample(logits[index], request.params, request.generator)
+            except Exception as err:  # this request's rows only: the others' tokens are drawn
+                self._fail(request, err, [self._rows[i] for i in idx])
         self._pending = tokens
         for row, token in zip(self._rows, tokens.tolist()):
             self._accept(row, token)
@@ -345,9 +398,16 @@ class Engine:
         return sample_next_token(logits, temperature=params.temperature, top_p=top_p, generator=generator)
 
     def _accept(self, row: _Row, token: int) -> None:
-        """Record ``token`` as the next of ``row``: emit its text, or end the row."""
-        if row.request.cancelled:
-            return  # leaves the batch in _drop
+        """Record ``token`` as the next of ``row``: emit its text, or end the row. An error here (decoding
+        the text, stop strings) fails the row's request only."""
+        if row.done or row.request.cancelled:
+            return  # a failed request's row, or a cancelled one: leaves the batch in _drop
+        try:
+            self._advance(row, token)
+        except Exception as err:
+            self._fail(row.request, err, [r for r in self._rows if r.request is row.request])
+
+    def _advance(self, row: _Row, token: int) -> None:
         row.generated += 1
         row.length += 1
         if token in self.stop_ids or token in row.request.params.stop_ids:
@@ -360,6 +420,14 @@ class Engine:
             self._finish(row, "length", final=text + row.stops.flush(row.stream.flush()))
         elif text:
             _send(row.request, Piece(row.index, text))
+
+    def _fail(self, request: Request, err: Exception, rows: Sequence[_Row]) -> None:
+        """End ``request`` alone: its ``rows`` are done (they leave the batch at the next drop) and it gets
+        a :class:`Failed` event; every other request goes on."""
+        log.error("request failed: %s: %s", type(err).__name__, err, exc_info=err)
+        for row in rows:
+            row.done = True
+        _send(request, Failed(f"the request failed in the engine: {type(err).__name__}: {err}"))
 
     def _finish(self, row: _Row, reason: str, final: str) -> None:
         if final:
@@ -406,6 +474,11 @@ def _pad_left(mask: Tensor, width: int) -> Tensor:
     if mask.shape[1] == width:
         return mask
     return torch.cat([mask.new_zeros(mask.shape[0], width - mask.shape[1]), mask], dim=1)
+
+
+def _fail_all_of(requests: list[Request], err: Exception) -> None:
+    for request in requests:
+        _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
 
 
 def _send(request: Request, event: Event) -> None:

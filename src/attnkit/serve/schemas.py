@@ -3,13 +3,25 @@
 Requests are pydantic models that *ignore* fields they do not know (``extra="ignore"``), as OpenAI's
 clients send fields attnkit does not implement (``logprobs``, ``user``, ``frequency_penalty`` at its
 default, ...); the fields below are checked, and a value out of range is a 400 error that names it.
+The sampling options (``temperature``, ``top_p``, ``seed``, ``max_tokens``) are checked by
+:func:`attnkit.models.generation.check_sampling`'s rules, the ones ``attnkit generate``, ``chat`` and ``explore``
+share, on the values as sent (``true`` or ``"0.5"`` is no number); ``temperature`` is at most 2, as OpenAI's.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from attnkit.models.generation import (
+    SamplingError,
+    check_max_tokens,
+    check_seed,
+    check_temperature,
+    check_top_p,
+)
 
 __all__ = [
     "ChatMessage",
@@ -23,6 +35,17 @@ __all__ = [
 
 MAX_N = 16
 MAX_STOPS = 4
+MAX_TEMPERATURE = 2.0  # OpenAI's range is [0, 2]
+SAMPLING_ERROR = "sampling_option"  # the pydantic error type of a sampling option out of range
+
+
+def _shared(check: Any, value: Any, **kwargs: Any) -> Any:
+    """``value`` if ``check`` (a shared sampling check) takes it; its message as the field's error if not."""
+    try:
+        check(value, **kwargs)
+    except SamplingError as err:
+        raise PydanticCustomError(SAMPLING_ERROR, "{message}", {"message": str(err)}) from None
+    return value
 
 
 class _Lenient(BaseModel):
@@ -37,13 +60,32 @@ class SamplingRequest(_Lenient):
     """What completions and chat requests share: the model, the sampling parameters and streaming."""
 
     model: str = Field(..., min_length=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = 1.0
+    top_p: float = 1.0
     n: int = Field(1, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _check_temperature(cls, value: Any) -> Any:
+        if value is None:  # an explicit null is the default
+            return 1.0
+        return _shared(check_temperature, value, maximum=MAX_TEMPERATURE)
+
+    @field_validator("top_p", mode="before")
+    @classmethod
+    def _check_top_p(cls, value: Any) -> Any:
+        if value is None:  # an explicit null is the default
+            return 1.0
+        return _shared(check_top_p, value)
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _check_seed(cls, value: Any) -> Any:
+        return _shared(check_seed, value)
 
     @field_validator("stop")
     @classmethod
@@ -66,7 +108,12 @@ class CompletionRequest(SamplingRequest):
     """``POST /v1/completions``: ``prompt`` is a text or a list of texts (``n`` choices each)."""
 
     prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = 16
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _check_max_tokens(cls, value: Any) -> Any:
+        return _shared(check_max_tokens, value, minimum=1)
 
     @field_validator("prompt")
     @classmethod
@@ -99,8 +146,13 @@ class ChatRequest(SamplingRequest):
     (or ``max_completion_tokens``) defaults to what fits the context."""
 
     messages: list[ChatMessage] = Field(..., min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+
+    @field_validator("max_tokens", "max_completion_tokens", mode="before")
+    @classmethod
+    def _check_max_tokens(cls, value: Any, info: ValidationInfo) -> Any:
+        return _shared(check_max_tokens, value, minimum=1, field=str(info.field_name))
 
     def limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -122,6 +174,8 @@ def validation_message(err: ValidationError) -> tuple[str, str | None]:
     loc = [str(x) for x in first.get("loc", ())]
     param = ".".join(loc) or None
     message = first.get("msg", "invalid value")
+    if first.get("type") == SAMPLING_ERROR:  # the shared check's message names the field and the value
+        return message, param
     if first.get("type") == "missing":
         return f"missing required parameter {param!r}", param
     value = first.get("input")

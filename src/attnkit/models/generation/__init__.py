@@ -1,5 +1,7 @@
 """Generation, in one place for every generating model (the language model and the translator).
 
+- :mod:`~attnkit.models.generation.options`: the one check of sampling options (temperature, seed, top-k/p,
+  min-p, repetition penalty, token counts) that every entry point shares; :class:`SamplingError` names the option.
 - :mod:`~attnkit.models.generation.sampling`: choosing the next token from logits (greedy, temperature,
   top-k, top-p, min-p, repetition penalty) and left-padding prompts.
 - :mod:`~attnkit.models.generation.search`: greedy decoding and beam search (with a length penalty),
@@ -17,9 +19,22 @@ from attnkit.models.generation.causal import (
     sample,
     seen_tokens,
 )
+from attnkit.models.generation.options import (
+    MAX_TOKENS,
+    MIN_TEMPERATURE,
+    SEED_END,
+    SamplingError,
+    check_max_tokens,
+    check_min_p,
+    check_repetition_penalty,
+    check_sampling,
+    check_seed,
+    check_temperature,
+    check_top_k,
+    check_top_p,
+)
 from attnkit.models.generation.sampling import (
     apply_repetition_penalty,
-    check_sampling,
     left_pad,
     min_p_filter,
     sample_next_token,
@@ -41,18 +56,29 @@ from attnkit.models.generation.search import (
 )
 
 __all__ = [
+    "MAX_TOKENS",
+    "MIN_TEMPERATURE",
+    "SEED_END",
     "CausalDecoding",
     "Decodable",
     "Decoding",
     "Hypotheses",
     "LastLogits",
+    "SamplingError",
     "apply_repetition_penalty",
     "beam_search",
     "check_beam_size",
     "check_left_padding",
     "check_max_len",
+    "check_max_tokens",
+    "check_min_p",
+    "check_repetition_penalty",
     "check_sampling",
+    "check_seed",
     "check_stop_strings",
+    "check_temperature",
+    "check_top_k",
+    "check_top_p",
     "greedy_decode",
     "left_pad",
     "length_normalized",

@@ -4,7 +4,8 @@ repetition penalty; left-padding a batch of prompts of different lengths.
 Used by :func:`attnkit.models.generation.sample` (the language model's sampling loop). Logits are
 ``[B, V]`` (the last position of each row); the result is one token id per row, ``[B]`` int64.
 Filtered-out tokens get ``-inf`` logits, so their probability is exactly 0; the filters always
-keep at least one token per row, so a row is never all ``-inf``.
+keep at least one token per row, so a row is never all ``-inf``. The options are checked by
+:func:`~attnkit.models.generation.options.check_sampling` (re-exported here), the check every entry point shares.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from attnkit.models.generation.options import check_sampling
 
 __all__ = [
     "apply_repetition_penalty",
@@ -23,31 +26,6 @@ __all__ = [
     "top_k_filter",
     "top_p_filter",
 ]
-
-
-def check_sampling(
-    temperature: float,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repetition_penalty: float = 1.0,
-) -> None:
-    """Raise a clear ``ValueError`` for a temperature < 0, a ``top_k`` < 1, a ``top_p`` outside (0, 1],
-    a ``min_p`` outside [0, 1] or a ``repetition_penalty`` <= 0."""
-    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, int | float) or not 0.0 <= min_p <= 1.0):
-        raise ValueError(f"min_p must be None or a number in [0, 1], got {min_p!r}")
-    if (
-        isinstance(repetition_penalty, bool)
-        or not isinstance(repetition_penalty, int | float)
-        or not repetition_penalty > 0.0
-    ):
-        raise ValueError(f"repetition_penalty must be a number > 0 (1 = none), got {repetition_penalty!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature >= 0.0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:

@@ -6,6 +6,13 @@
   payload (``"layer"``: a layer, or ``"all"``, the default; ``"position"``: a position of the next-token table,
   or null for all, the default); a bad input is a 400 whose ``detail`` says what was wrong (the server keeps
   serving). Its ``Server-Timing`` header says how long the view took here (``view;dur=`` milliseconds).
+
+The rules of :class:`attnkit.serve.guard.Guard` hold in front of it (a refusal's body is ``{"detail", "code"}``):
+a ``Host`` that is not a loopback name is refused (421) while the server listens on loopback, a request body
+must be ``application/json`` (415) and at most ``max_body_bytes`` (413, before it is read whole). A view's
+``text`` of more than ``max_chars`` characters is a 400 before it is tokenized; views are computed one at a
+time on a worker thread (the page, its files and ``/api/info`` keep answering meanwhile), and a view that
+finds ``max_waiting`` others waiting is a 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ import logging
 import time
 from typing import Any
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
+from attnkit.serve.guard import Guard
 from attnkit.viz.explorer.page import ASSETS, asset
 from attnkit.viz.explorer.views import Explorer
 
@@ -30,12 +39,32 @@ TYPES = {
     ".css": "text/css; charset=utf-8",
 }
 FIELDS = {"text", "steps", "temperature", "seed", "layer", "position"}
+MAX_BODY_BYTES = 1024 * 1024
+MAX_CHARS = 100_000
+MAX_WAITING = 8
 
 
-def create_explore_app(explorer: Explorer) -> FastAPI:
-    """The app serving ``explorer``'s page and views (one request at a time: the model is shared)."""
+def create_explore_app(
+    explorer: Explorer,
+    *,
+    local_only: bool = True,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_chars: int = MAX_CHARS,
+    max_waiting: int = MAX_WAITING,
+) -> FastAPI:
+    """The app serving ``explorer``'s page and views (one view at a time: the model is shared).
+
+    ``local_only``: refuse requests whose ``Host`` is not a loopback name (leave it True when listening on a
+    loopback address). ``max_body_bytes``: the most bytes of a request body; ``max_chars``: the most
+    characters of a view's text; ``max_waiting``: the most views waiting for the one being computed."""
+    for label, value in (("max_chars", max_chars), ("max_waiting", max_waiting)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
     app = FastAPI(title="attnkit explore", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Guard, local_only=local_only, max_body_bytes=max_body_bytes)
     files = {name: asset(name) for name in ASSETS}
+    viewing = CapacityLimiter(1)
+    in_flight = 0  # views being computed or waiting for it
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:
@@ -64,21 +93,41 @@ def create_explore_app(explorer: Explorer) -> FastAPI:
             raise HTTPException(400, f"unknown field(s) {unknown}; a view takes {sorted(FIELDS)}")
         if "text" not in body:
             raise HTTPException(400, 'no "text": the input to look at')
-        layer = body.get("layer", "all")
-        start = time.perf_counter()
-        try:
-            payload = explorer.view(
-                body["text"],
-                steps=body.get("steps", 0),
-                temperature=body.get("temperature", 0.0),
-                seed=body.get("seed", 0),
-                layer=None if layer == "all" else layer,
-                position=body.get("position"),
+        if isinstance(body["text"], str) and len(body["text"]) > max_chars:
+            raise HTTPException(
+                400,
+                f"the text has {len(body['text'])} characters, more than the explorer's limit of {max_chars}: "
+                "shorten it",
             )
-        except (ValueError, TypeError) as err:
-            raise HTTPException(400, str(err)) from None
-        text = json.dumps(payload, separators=(",", ":"))
-        took = f"view;dur={(time.perf_counter() - start) * 1000:.1f}"
+        nonlocal in_flight
+        if in_flight > max_waiting:
+            raise HTTPException(
+                429, f"{in_flight - 1} views are waiting for the one being computed: retry in a moment",
+                {"Retry-After": "1"},
+            )  # fmt: skip
+        layer = body.get("layer", "all")
+
+        def compute() -> tuple[str, str]:
+            start = time.perf_counter()
+            try:
+                payload = explorer.view(
+                    body["text"],
+                    steps=body.get("steps", 0),
+                    temperature=body.get("temperature", 0.0),
+                    seed=body.get("seed", 0),
+                    layer=None if layer == "all" else layer,
+                    position=body.get("position"),
+                )
+            except (ValueError, TypeError) as err:
+                raise HTTPException(400, str(err)) from None
+            text = json.dumps(payload, separators=(",", ":"))
+            return text, f"view;dur={(time.perf_counter() - start) * 1000:.1f}"
+
+        in_flight += 1
+        try:
+            text, took = await to_thread.run_sync(compute, limiter=viewing)
+        finally:
+            in_flight -= 1
         return Response(text, media_type="application/json", headers={"Server-Timing": took})
 
     return app

@@ -17,6 +17,7 @@ import torch
 from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.models import BertClassifier, BertEncoder, LanguageModel
+from attnkit.models.generation import check_seed, check_temperature
 from attnkit.tasks import LoadedRun, load_run
 from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
@@ -25,6 +26,7 @@ from attnkit.viz.explorer.payload import ATTENTION_BUDGET, next_token_table, pac
 __all__ = ["DecoderExplorer", "EncoderExplorer", "Explorer", "RunExplorer", "load_explorer"]
 
 MAX_STEPS = 512  # the most tokens the page may ask a decoder to generate
+MAX_TEMPERATURE = 10.0  # the highest temperature the page may ask for
 
 
 class Explorer:
@@ -77,10 +79,8 @@ class Explorer:
             raise ValueError(f"steps must be an int in [0, {MAX_STEPS}], got {steps!r}")
         if not self.decoder and steps:
             raise ValueError(f"this {self.kind} model does not generate: steps must be 0")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 10:
-            raise ValueError(f"temperature must be a number in [0, 10] (0: greedy), got {temperature!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        check_temperature(temperature, maximum=MAX_TEMPERATURE)  # the rules generate, chat and serve share
+        check_seed(seed, optional=False)
         if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
             raise ValueError(f"position must be an int (a token's index; -1: the last), got {position!r}")
         key = (text, steps, float(temperature), seed) if steps else (text, 0, 0.0, 0)  # what the pass depends on
