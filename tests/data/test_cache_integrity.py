@@ -104,14 +104,15 @@ def test_a_large_entry_with_a_flipped_byte_is_rebuilt_never_used(large: _Large):
 
 
 def test_an_entry_of_the_sampled_format_is_rebuilt(tmp_path: Path):
-    """Entries of format 1 (hashes of sampled blocks) cannot be checked in full: rebuilt."""
+    """Entries of format 1 (hashes of sampled blocks) cannot be checked in full: rebuilt (format 2 entries,
+    whose manifest has no checksum of its own, too: test_cache_sources.py)."""
     entry = _Large(tmp_path / "entry")
     entry.tokens = entry.tokens[:1000]
     entry.open_or_build()
     manifest = (entry.folder / MANIFEST).read_text()
-    (entry.folder / MANIFEST).write_text(manifest.replace('"version": 2', '"version": 1'))
+    (entry.folder / MANIFEST).write_text(manifest.replace('"version": 3', '"version": 1'))
     assert TokenCache.open(entry.folder) is None
-    assert entry.open_or_build().manifest["version"] == 2 and entry.builds == 2
+    assert entry.open_or_build().manifest["version"] == 3 and entry.builds == 2
 
 
 # ---------------------------------------------------------------- one entry, built once

@@ -114,7 +114,8 @@ def test_file_hash_is_xxh3_128_of_every_byte(tmp_path: Path):
     assert file_hash(path) == xxhash.xxh3_128(data).hexdigest()
 
 
-def test_content_digest_is_remembered_by_path_size_and_time(tmp_path: Path):
+def test_content_digest_is_remembered_by_path_size_and_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(cache_module, "SETTLED_S", 0.0)  # remembered at once (see test_cache_sources.py)
     source, root = tmp_path / "a.txt", tmp_path / "root"
     source.write_text("hello")
     first = content_digest(source, root)

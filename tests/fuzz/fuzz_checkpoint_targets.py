@@ -14,11 +14,21 @@ from typing import Any
 
 import torch
 from fuzz_config_targets import cli_exits_cleanly
-from fuzz_core import MUTATIONS, Assets, copy_folder, expect_user_error, mutate, target
+from fuzz_core import (
+    MUTATIONS,
+    Assets,
+    cache_content,
+    copy_folder,
+    expect_user_error,
+    mutate,
+    require_intact,
+    target,
+)
 from hypothesis import strategies as st
 
 from attnkit.interop.pretrained import load_pretrained, pretrained_tokenizer
 from attnkit.tasks import load_run
+from attnkit.training.checkpoint import load_checkpoint_file
 
 # --------------------------------------------------------------------------------- structural edits
 # An edit of a nested dict/list: (which path, in [0, 1) of the paths; what to do; the junk to put there).
@@ -99,10 +109,12 @@ def _run_copy(assets: Assets, folder: Path, checkpoint: bytes) -> Path:
 
 @target("checkpoints.bytes", MUTATIONS, examples=250)
 def check_checkpoint_bytes(assets: Assets, mutations: list[tuple[str, float, int, int]]) -> None:
+    """A corrupted checkpoint is refused, or loads as exactly what was written (its CRC-32s are checked)."""
     blob = assets.checkpoint_bytes
     with assets.scratch() as folder:
         ckpt = _run_copy(assets, folder, mutate(blob, mutations, zip_ranges(blob)))
-        expect_user_error(lambda: load_run(folder), ckpt)
+        loaded = expect_user_error(lambda: (load_run(folder), load_checkpoint_file(ckpt))[1], ckpt)
+        require_intact(loaded, assets.checkpoint, ckpt)
 
 
 @target("checkpoints.keys", st.tuples(EDITS, st.booleans()), examples=200)
@@ -169,9 +181,34 @@ def check_cli_checkpoints(assets: Assets, example: tuple[list[Any], list[tuple[s
     mutations, edits = example
     blob = assets.checkpoint_bytes
     with assets.scratch() as folder:
-        _run_copy(assets, folder / "run", mutate(blob, mutations, zip_ranges(blob)))
-        cli_exits_cleanly(["export", str(folder / "run"), "--out", str(folder / "exported")])
-        cli_exits_cleanly(["predict", str(folder / "run"), "1 2 3 4"])
+        ckpt = _run_copy(assets, folder / "run", mutate(blob, mutations, zip_ranges(blob)))
+        exported = cli_exits_cleanly(["export", str(folder / "run"), "--out", str(folder / "exported")]) == 0
+        predicted = cli_exits_cleanly(["predict", str(folder / "run"), "1 2 3 4"]) == 0
+        if exported or predicted:  # the commands used the checkpoint: it must be the one written
+            require_intact(load_checkpoint_file(ckpt), assets.checkpoint, ckpt)
         model = copy_folder(assets.hf_dir("llama"), folder / "hf")
         corrupt_folder(model, edits)
         cli_exits_cleanly(["import", str(model), "--out", str(folder / "imported")])
+
+
+# ------------------------------------------------------------------------------------- token cache
+CACHE_FILES = ["manifest.json", "train.tokens", "train.offsets.npy", "docs.text", "docs.text_offsets.npy", "labels.npy"]
+
+
+@target("cache.bytes", st.tuples(st.sampled_from(CACHE_FILES), MUTATIONS), examples=200)
+def check_cache_bytes(assets: Assets, example: tuple[str, list[tuple[str, float, int, int]]]) -> None:
+    """A token cache entry with one file corrupted is refused (``TokenCache.open`` gives None: rebuilt)
+    or opens as exactly what was written (every file's hash, and the manifest's own, is checked)."""
+    import warnings
+
+    from attnkit.data.cache import TokenCache
+
+    name, mutations = example
+    with assets.scratch() as scratch:
+        folder = copy_folder(assets.cache_entry, scratch / "entry")
+        path = folder / name
+        path.write_bytes(mutate(path.read_bytes(), mutations))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the warning that it is rebuilt
+            cache = expect_user_error(lambda: TokenCache.open(folder), folder)
+        require_intact(None if cache is None else cache_content(cache), assets.cache_content, path)

@@ -148,8 +148,9 @@ def check_yaml(assets: Assets, example: tuple[str, bytes]) -> None:
             check_user_error(err, (str(path),))
 
 
-def cli_exits_cleanly(args: list[str]) -> None:
-    """Run ``attnkit ARGS`` in-process: exit 0, or exit 2 with ``error: ...`` (never a traceback)."""
+def cli_exits_cleanly(args: list[str]) -> int:
+    """Run ``attnkit ARGS`` in-process: exit 0, or exit 2 with ``error: ...`` (never a traceback); the
+    exit code."""
     result = CliRunner().invoke(main, args, catch_exceptions=True)
     output = result.output
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -160,6 +161,7 @@ def cli_exits_cleanly(args: list[str]) -> None:
         raise Leak(f"attnkit {args!r} exited {result.exit_code}:\n{output}")
     if result.exit_code == 2 and "error" not in output.lower():
         raise Leak(f"attnkit {args!r} exited 2 without an error message:\n{output}")
+    return int(result.exit_code)
 
 
 @target("cli.train_overrides", st.tuples(TASK, OVERRIDES), examples=200)

@@ -6,6 +6,9 @@ The oracle: for every generated input a call either succeeds or raises one of at
 errors (:data:`USER_ERRORS`, what the ``attnkit`` command turns into ``error: ...`` and exit code 2),
 raised by attnkit's own code (not a ``ValueError`` of numpy or a ``UnicodeDecodeError`` passing
 through) and naming the input (the file, the folder or the key). Anything else fails the target.
+A file that attnkit wrote and checks (a checkpoint, a token cache entry), corrupted byte by byte, may
+load only as exactly what was written (the corruption was in bytes the format ignores):
+:func:`require_intact`; loading other content without a word fails the target too.
 """
 
 from __future__ import annotations
@@ -55,6 +58,37 @@ def expect_user_error(call: Callable[[], Any], *names: str | Path) -> Any:
     except USER_ERRORS as err:
         check_user_error(err, tuple(str(n) for n in names))
         return None
+
+
+def same_content(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same nested dicts, lists and values, tensors and arrays equal bit
+    for bit (NaN too) with the same dtype and shape."""
+    import numpy as np
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return torch.equal(a.detach().reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_content(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(same_content(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN
+    return type(a) is type(b) and a == b
+
+
+def require_intact(loaded: Any, original: Any, what: str | Path) -> None:
+    """``loaded`` (what a corrupted input loaded as, ``None``: it was refused) must be ``original``:
+    a load that succeeds gives exactly what was written."""
+    if loaded is not None and not same_content(loaded, original):
+        raise Leak(f"{what}: corrupted, it loaded without an error as other content than was written")
 
 
 # ------------------------------------------------------------------------------------------- targets
@@ -232,6 +266,29 @@ class Assets:
         return torch.load(self.run_dir / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
 
     @cached_property
+    def cache_entry(self) -> Path:
+        """A token cache entry: token ids of one split, texts and an array (``CacheWriter``)."""
+        import numpy as np
+
+        from attnkit.data.cache import CacheWriter
+
+        folder = self.root / "cache-entry"
+        folder.mkdir()
+        writer = CacheWriter(folder, ["train"], np.dtype(np.uint16))
+        writer.add_rows("train", [[1, 2, 3], [400, 5], [], [65_535]])
+        writer.add_texts("docs", ["first", "", "sécond ünï"])
+        writer.save_array("labels", np.array([0, 1, 1, 2], dtype=np.int64))
+        writer.finish({"tokenizer": {"kind": "char", "vocab": ["a", "b", "é"]}, "chars": {"train": 12}})
+        return folder
+
+    @cached_property
+    def cache_content(self) -> dict[str, Any]:
+        """What :attr:`cache_entry` holds, as the cache target reads it."""
+        from attnkit.data.cache import TokenCache
+
+        return cache_content(TokenCache.open(self.cache_entry))
+
+    @cached_property
     def tokenizer(self) -> Any:
         from attnkit.text.tokenizers import build_tokenizer
 
@@ -260,6 +317,20 @@ class Assets:
         if not (folder / "config.json").is_file():
             export_hf(self.language_model(None if kind == "gpt2" else kind), folder, tokenizer=self.tokenizer)
         return folder
+
+
+def cache_content(cache: Any) -> dict[str, Any]:
+    """Everything an opened :attr:`Assets.cache_entry` holds (a ``TokenCache``), read."""
+    import numpy as np
+
+    return {
+        "meta": cache.meta,
+        "dtype": str(cache.dtype),
+        "tokens": np.asarray(cache.tokens("train")),
+        "offsets": np.asarray(cache.offsets("train")),
+        "texts": list(cache.texts("docs")),
+        "labels": np.asarray(cache.array("labels")),
+    }
 
 
 def copy_folder(source: Path, dest: Path) -> Path:

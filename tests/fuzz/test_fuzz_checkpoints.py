@@ -12,7 +12,7 @@ import fuzz_checkpoint_targets  # noqa: F401  (registers the targets)
 import pytest
 import torch
 from click.testing import CliRunner
-from fuzz_core import Assets, Target, copy_folder, run_target, targets
+from fuzz_core import Assets, Leak, Target, copy_folder, require_intact, run_target, targets
 
 from attnkit.cli import main
 from attnkit.errors import CheckpointError, ConfigError
@@ -23,7 +23,9 @@ from attnkit.training.checkpoint import load_checkpoint_file
 
 
 @pytest.mark.parametrize(
-    "target", targets("checkpoints.") + targets("models.") + targets("cli.checkpoints"), ids=lambda t: t.name
+    "target",
+    targets("checkpoints.") + targets("models.") + targets("cli.checkpoints") + targets("cache."),
+    ids=lambda t: t.name,
 )
 def test_fuzz(target: Target, fuzz_assets: Assets):
     assert run_target(target, fuzz_assets) > 0
@@ -92,3 +94,28 @@ def test_a_path_with_a_nul_byte_is_a_usage_error():
     # click.Path's os.stat raised ValueError: embedded null byte, a traceback
     result = CliRunner().invoke(main, ["train", "reverse", "--print-config", "--data", "a\x00b"])
     assert result.exit_code == 2 and "is not a usable path" in result.output and "Traceback" not in result.output
+
+
+def test_a_bit_flipped_in_a_tensor_is_a_checkpoint_error_not_another_weight(fuzz_assets: Assets, tmp_path: Path):
+    """torch.load does not check the zip's CRC-32s: a flipped bit of a weight loaded silently as another
+    weight (the fuzzing's oracle now requires a checkpoint that loads to be the one written)."""
+    import struct
+    import zipfile
+
+    blob = bytearray(fuzz_assets.checkpoint_bytes)
+    with zipfile.ZipFile(io.BytesIO(bytes(blob))) as zf:
+        tensor = max((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    names, extra = struct.unpack("<HH", blob[tensor.header_offset + 26 : tensor.header_offset + 30])
+    blob[tensor.header_offset + 30 + names + extra + tensor.file_size // 2] ^= 0x10
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.ckpt").write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=r"best.ckpt: the file is truncated or corrupt \(BadZipFile: Bad CRC-32"):
+        load_run(tmp_path)
+    # the oracle: the same content passes, other content is a Leak
+    require_intact(None, fuzz_assets.checkpoint, "refused")
+    require_intact(load_checkpoint_file(fuzz_assets.run_dir / "checkpoints" / "best.ckpt"), fuzz_assets.checkpoint, "x")
+    changed = {**fuzz_assets.checkpoint, "state_dict": dict(fuzz_assets.checkpoint["state_dict"])}
+    name, weight = next(iter(changed["state_dict"].items()))
+    changed["state_dict"][name] = weight.clone().reshape(-1).index_fill_(0, torch.tensor([0]), 0.5).view_as(weight)
+    with pytest.raises(Leak, match="loaded without an error as other content"):
+        require_intact(changed, fuzz_assets.checkpoint, "changed")

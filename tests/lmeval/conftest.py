@@ -77,9 +77,11 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def write_tasks(folder: Path, cache: Path) -> Path:
-    """``folder`` with three task YAMLs, each beside its JSONL file: ``mini_mc`` (12 questions, 3-4
-    choices), ``mini_gen`` (6 prompts, greedy, cut at a full stop or a newline) and ``mini_ppl`` (6
-    texts, one longer than the model's context of 64 tokens so that it takes several windows)."""
+    """``folder`` with four task YAMLs, each beside its JSONL file: ``mini_mc`` (12 questions, 3-4
+    choices), ``mini_gen`` (6 prompts, greedy, cut at a full stop or a newline), ``mini_gen_default``
+    (the same without ``max_gen_toks``, as most benchmarks: lm_eval's default of 256 new tokens, more
+    than the model's context) and ``mini_ppl`` (6 texts, one longer than the model's context of 64
+    tokens so that it takes several windows)."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(1)
     questions = texts(12, seed=2)
@@ -105,6 +107,16 @@ def write_tasks(folder: Path, cache: Path) -> Path:
                 "doc_to_text": "{{question}}",
                 "doc_to_target": "{{answer}}",
                 "generation_kwargs": {"until": [".", "\n"], "do_sample": False, "max_gen_toks": 12},
+                "metric_list": [{"metric": "exact_match"}],
+            },
+        ),
+        "mini_gen_default": (
+            gen,
+            {
+                "output_type": "generate_until",
+                "doc_to_text": "{{question}}",
+                "doc_to_target": "{{answer}}",
+                "generation_kwargs": {"until": ["\n\n"], "do_sample": False},
                 "metric_list": [{"metric": "exact_match"}],
             },
         ),

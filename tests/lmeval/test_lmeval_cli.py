@@ -68,7 +68,7 @@ def test_arguments_that_cannot_work_are_refused(llama_dir: Path, tasks_module: P
     with pytest.raises(ValueError, match=r"dtype must be one of"):
         AttnkitLM(lm.pretrained, dtype="float8")
     with pytest.raises(ValueError, match=r"generation options \['num_beams'\] are not supported"):
-        lm._sampling({"until": ["."], "num_beams": 2})
+        lm.generation_settings({"until": ["."], "num_beams": 2})
     with pytest.raises(ValueError, match="leaves no room for the prompt"):
         lm.generate_until([_request(("The cat", {"max_gen_toks": 64}))])
 

@@ -155,3 +155,39 @@ def test_activation_checkpointing_changes_no_result(tmp_path: Path, task: str, m
         _assert_same(a, b, atol=1e-6)
     _assert_same(dict(checkpointed.module.named_parameters()), dict(plain.module.named_parameters()), atol=1e-6)
     assert checkpointed.metrics == pytest.approx(plain.metrics, abs=1e-6)
+
+
+STEPS = 3
+
+
+@pytest.mark.parametrize("task", ["reverse", "lm", "translate"])
+def test_every_accumulated_step_is_the_step_of_its_one_large_batch(tmp_path: Path, task: str):
+    """Not only the first: each of 3 optimiser steps (the step's target count starts again at 0 at
+    each) gets the gradient of its k batches made one, and the weights after the 3 steps are the same.
+    lm and translate: batches of different target counts (test_token_weighting_matters_...)."""
+    overrides = {"data.train_size": 128} if task == "reverse" else {}
+    runs, steps = {}, {}
+    for name, batch, batches, k in (("large", K * B, STEPS, 1), ("accumulated", B, K * STEPS, K)):
+        grads = Gradients()
+        settings = {"trainer.batch_size": batch, "trainer.limit_train_batches": batches}
+        settings |= {"trainer.accumulate_grad_batches": k, "optim.warmup": 1}
+        runs[name] = train(
+            task,
+            output_dir=str(tmp_path),
+            name=name,
+            callbacks=[grads],
+            **{**COMMON, **TINY[task], **overrides, **settings},
+        )
+        steps[name] = grads.steps
+    assert len(steps["large"]) == len(steps["accumulated"]) == STEPS
+    for i, (accumulated, large) in enumerate(zip(steps["accumulated"], steps["large"])):
+        assert max(float(g.abs().max()) for g in large.values()) > 1e-4, f"step {i}: no real gradient"
+        _assert_same(accumulated, large, atol=1e-5)
+    # The weights after the 3 steps. Where the loss does not depend on a weight (the attention keys'
+    # bias: softmax ignores a shift), its gradient is float32 rounding noise, which Adam's normalised
+    # step turns into a full step of either sign: those weights are left out.
+    after = {run: dict(runs[run].module.named_parameters()) for run in ("large", "accumulated")}
+    for name, weight in after["large"].items():
+        used = torch.stack([step[name].abs() for step in steps["large"]]).amax(0) > 1e-6
+        assert used.float().mean() > 0.5, name
+        torch.testing.assert_close(after["accumulated"][name].detach()[used], weight.detach()[used], rtol=0, atol=1e-5)

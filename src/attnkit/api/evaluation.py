@@ -16,7 +16,7 @@ from typing import Any
 from attnkit.api.models import load_model
 from attnkit.interop import Pretrained
 
-__all__ = ["evaluate_harness", "harness_json", "harness_table"]
+__all__ = ["evaluate_harness", "harness_json", "harness_table", "parse_gen_kwargs"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,27 @@ def _check_tasks(names: list[str], known: Sequence[str], where: str) -> None:
     raise ValueError(f"unknown lm-evaluation-harness task {', '.join(hints)}: no such task, group or tag in {where}")
 
 
+def parse_gen_kwargs(gen_kwargs: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """Generation options as a dict: ``gen_kwargs`` itself, or lm_eval's ``--gen_kwargs`` text
+    ``"max_gen_toks=32,temperature=0,do_sample=false"`` (comma-separated ``key=value``, each value
+    read by lm_eval's own parser: numbers, ``true``/``false``, ``none``, text; a quoted value stays text),
+    None for nothing given. A part without ``=`` or with an empty key is a ``ValueError``."""
+    if gen_kwargs is None or isinstance(gen_kwargs, dict):
+        return gen_kwargs or None
+    if not isinstance(gen_kwargs, str):
+        raise TypeError(f"gen_kwargs must be a dict or a 'key=value,...' string, got {type(gen_kwargs).__name__}")
+    from lm_eval.utils import simple_parse_args_string
+
+    for part in filter(None, (p.strip() for p in gen_kwargs.split(","))):
+        if not part.partition("=")[0].strip() or "=" not in part:
+            raise ValueError(
+                f"gen_kwargs {gen_kwargs!r}: {part!r} is not key=value; write comma-separated key=value pairs, "
+                "e.g. max_gen_toks=32,temperature=0"
+            )
+    parsed = simple_parse_args_string(gen_kwargs)
+    return {key.strip(): value for key, value in parsed.items()} or None
+
+
 def evaluate_harness(
     model: Pretrained | str | Path,
     tasks: str | Sequence[str],
@@ -63,7 +84,7 @@ def evaluate_harness(
     device: str | None = None,
     max_length: int | None = None,
     log_samples: bool = False,
-    gen_kwargs: dict[str, Any] | None = None,
+    gen_kwargs: str | dict[str, Any] | None = None,
     apply_chat_template: bool = False,
     bootstrap_iters: int = 100_000,
     random_seed: int = 0,
@@ -85,20 +106,28 @@ def evaluate_harness(
         batch_size: requests per forward pass; device: ``"cpu"``, ``"cuda"``... (default: CUDA if any);
         max_length: the context used (default: the model's).
         log_samples: keep every document's requests and answers under ``"samples"``.
-        gen_kwargs: generation options that override the tasks' (``{"temperature": 0.7, "do_sample": True}``).
+        gen_kwargs: generation options of the ``generate_until`` tasks, over each task's own
+            ``generation_kwargs`` (``{"max_gen_toks": 32, "do_sample": True, "temperature": 0.7}``, or
+            lm_eval's text ``"max_gen_toks=32,temperature=0"``; :func:`parse_gen_kwargs`). The model takes
+            ``until``, ``max_gen_toks`` (or ``max_new_tokens``...), ``do_sample``, ``temperature``,
+            ``top_k``, ``top_p`` and ``min_p``; ``max_gen_toks`` must leave room for a prompt in the
+            context (on a model whose context is 256 tokens or less, lm_eval's default of 256 does not:
+            without one, half the context is used).
         apply_chat_template: render the prompts with the model's chat template (instruct models).
         bootstrap_iters: resamples for the standard errors of non-mean metrics (0: none).
         random_seed: the seed of Python's, NumPy's and torch's generators and of few-shot sampling.
 
     Unknown task names are a ``ValueError`` that lists the closest known names; a model that is not a
-    language model is a ``TypeError``.
+    language model is a ``TypeError``; generation options the model does not take, or a ``max_gen_toks``
+    that leaves no room for a prompt, a ``ValueError`` before anything is evaluated.
     """
     lm_eval = _lm_eval()
     from lm_eval.tasks import TaskManager
 
-    from attnkit.lmeval import AttnkitLM
+    from attnkit.lmeval import MAX_GEN_TOKS_ALIASES, AttnkitLM
 
     names = _task_names(tasks)
+    gen_kwargs = parse_gen_kwargs(gen_kwargs)
     if isinstance(include_path, Sequence) and not isinstance(include_path, str):
         paths: Any = [str(p) for p in include_path]
     else:
@@ -119,6 +148,9 @@ def evaluate_harness(
     if isinstance(model, str | Path):
         model = load_model(model)
     lm = AttnkitLM(model, batch_size=batch_size, device=device, max_length=max_length)
+    if gen_kwargs:  # checked now, not after the other tasks ran (only the options given: a stand-in length)
+        given = {"max_gen_toks": 1} if not {"max_gen_toks", *MAX_GEN_TOKS_ALIASES} & set(gen_kwargs) else {}
+        lm.generation_settings({**given, **gen_kwargs})
     logger.info("evaluating %s on %s", model.source, ", ".join(names))
     results = lm_eval.simple_evaluate(
         model=lm,

@@ -42,6 +42,12 @@ def _limit(value: str | None) -> int | float | None:
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Requests per batch.")
 @click.option("--device", help="cpu, cuda, cuda:1... (default: CUDA when there is one).")
 @click.option("--max-length", type=click.IntRange(min=1), help="Context in tokens (default: the model's).")
+@click.option(
+    "--gen-kwargs",
+    metavar="KEY=VALUE,...",
+    help="Generation options of generate_until tasks, over the tasks' own (lm_eval's --gen_kwargs syntax): "
+    "max_gen_toks=32,temperature=0 (also until, do_sample, top_k, top_p, min_p).",
+)
 @click.option("--apply-chat-template", is_flag=True, help="Render prompts with the model's chat template.")
 @click.option("--log-samples", is_flag=True, help="Keep every document's requests and answers in the JSON.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the generators and few-shot sampling.")
@@ -56,6 +62,7 @@ def evaluate(
     batch_size: int,
     device: str | None,
     max_length: int | None,
+    gen_kwargs: str | None,
     apply_chat_template: bool,
     log_samples: bool,
     seed: int,
@@ -70,6 +77,7 @@ def evaluate(
     \b
       attnkit eval runs/lm/version_0 --tasks hellaswag,arc_easy --limit 100 --output results.json
       attnkit eval ./SmolLM2-135M --tasks my_task --include-path my_tasks/ --only-included
+      attnkit eval runs/lm/version_0 --tasks gsm8k --gen-kwargs max_gen_toks=32,temperature=0
     """
     show_logs("attnkit")
     try:
@@ -83,6 +91,7 @@ def evaluate(
             batch_size=batch_size,
             device=device,
             max_length=max_length,
+            gen_kwargs=gen_kwargs,
             apply_chat_template=apply_chat_template,
             log_samples=log_samples,
             random_seed=seed,

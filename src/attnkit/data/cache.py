@@ -14,9 +14,11 @@ configuration.
 
 Safety: an entry is built in a temporary folder and renamed into place, and its manifest is written
 last; the manifest lists every file's size and the XXH3-128 hash of all of its bytes (``xxhash``:
-about 0.2 s per GB read from the page cache, so every byte is checked each time an entry is opened).
-An entry whose files are missing, of another size or with another hash is rebuilt, never used (a
-warning names the file); an entry of another ``version`` (an older format) is rebuilt too. Two
+about 0.2 s per GB read from the page cache, so every byte is checked each time an entry is opened),
+and the hash of its own other contents (``checksum``: the meta, e.g. the tokenizer, is checked too).
+An entry whose files are missing, of another size or with another hash, or whose manifest was changed,
+is rebuilt, never used (a warning names the file); an entry of another ``version`` (an older format) is
+rebuilt too. Two
 processes that build the same entry at once both finish; the first rename wins. Under DDP,
 Lightning calls ``prepare_data`` (which builds) on one process per node before the others ``setup``
 (which only opens).
@@ -29,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -51,6 +54,7 @@ __all__ = [
     "content_digest",
     "entry_key",
     "file_hash",
+    "manifest_checksum",
     "open_or_build",
     "reuse_entry",
     "source_digests",
@@ -59,8 +63,11 @@ __all__ = [
 
 CACHE_ENV = "ATTNKIT_CACHE"
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2  # 1: hashes of 64 sampled blocks; 2: XXH3-128 of every byte
+FORMAT_VERSION = 3  # 1: hashes of 64 sampled blocks; 2: XXH3-128 of every byte; 3: and of the manifest
 HASH = "xxh3_128"
+# A source's digest is remembered only once its last change (ctime) is this much older than the
+# hashing: a file changed again within its filesystem's time granularity could keep its times.
+SETTLED_S = 2.0
 _READ = 1 << 20  # bytes read at a time when hashing (1 MiB: the hash reads them from the CPU cache)
 
 
@@ -78,12 +85,20 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def content_digest(path: str | os.PathLike[str], root: Path) -> str:
-    """BLAKE2b of a file's bytes. Remembered under ``root/sources/`` by (path, size, mtime), so a
-    second run does not read an unchanged file again."""
+    """BLAKE2b of a file's bytes. Remembered under ``root/sources/`` by the file's path, device,
+    inode, size, mtime and ctime, so a second run does not read an unchanged file again.
+
+    The mtime alone does not say that a file is unchanged: ``cp -p``, ``rsync -a`` and ``tar -x`` write
+    new contents and then set the old mtime back. The ctime (the inode's last change) cannot be set by
+    a user: the kernel sets it to the current time at every write, ``utime``, rename or ``chmod``, so
+    any of those makes a new key and the file is hashed again (``rsync``'s rename into place also gives
+    a new inode). File times have a granularity (a clock tick; 2 s on FAT), so a file changed twice
+    within one tick could keep its ctime: a digest is remembered only when the file's last change is
+    :data:`SETTLED_S` older than the hashing and the file did not change while it was read."""
     path = Path(path).resolve()
+    started = time.time_ns()
     st = path.stat()
-    memo_key = hashlib.blake2b(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode(), digest_size=16).hexdigest()
-    memo = root / "sources" / memo_key
+    memo = root / "sources" / _memo_key(path, st)
     if memo.is_file():
         return memo.read_text().strip()
     h = hashlib.blake2b(digest_size=20)
@@ -91,13 +106,26 @@ def content_digest(path: str | os.PathLike[str], root: Path) -> str:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     digest = h.hexdigest()
-    write_text_atomic(memo, digest + "\n")
+    settled = started - st.st_ctime_ns >= SETTLED_S * 1e9
+    if settled and _memo_key(path, path.stat()) == memo.name:
+        write_text_atomic(memo, digest + "\n")
     return digest
+
+
+def _memo_key(path: Path, st: os.stat_result) -> str:
+    stamp = f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+    return hashlib.blake2b(stamp.encode(), digest_size=16).hexdigest()
 
 
 def source_digests(files: dict[str, str | None], root: Path) -> dict[str, str]:
     """:func:`content_digest` of each named file that is given (``None``: left out)."""
     return {name: content_digest(path, root) for name, path in files.items() if path}
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """XXH3-128 of the manifest's items but ``checksum`` (as key-sorted JSON; hex)."""
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    return str(xxhash.xxh3_128(json.dumps(body, sort_keys=True).encode()).hexdigest())
 
 
 def file_hash(path: Path) -> str:
@@ -131,11 +159,21 @@ class TokenCache:
             return None
         try:
             manifest = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
             warnings.warn(f"token cache {folder}: unreadable manifest ({err}); rebuilding it", stacklevel=2)
+            return None
+        if not isinstance(manifest, dict):
+            warnings.warn(f"token cache {folder}: {MANIFEST} is not a manifest; rebuilding the cache", stacklevel=2)
             return None
         if manifest.get("version") != FORMAT_VERSION or manifest.get("hash") != HASH:
             return None  # an older format: rebuilt
+        if manifest.get("checksum") != manifest_checksum(manifest):
+            warnings.warn(
+                f"token cache {folder}: {MANIFEST} was changed after it was written (its checksum differs); "
+                "rebuilding the cache",
+                stacklevel=2,
+            )
+            return None
         for name, want in manifest["files"].items():
             path = folder / name
             problem = None
@@ -339,6 +377,7 @@ class CacheWriter:
             path = self.folder / name
             files[name] = {"size": path.stat().st_size, "hash": file_hash(path)}
         manifest = {"version": FORMAT_VERSION, "hash": HASH, "dtype": self.dtype.name, "files": files, "meta": meta}
+        manifest["checksum"] = manifest_checksum(manifest)
         write_json_atomic(self.folder / MANIFEST, manifest)
 
     def abort(self) -> None:

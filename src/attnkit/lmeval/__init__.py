@@ -20,9 +20,9 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError(f"attnkit.lmeval needs lm-evaluation-harness ({err}): pip install 'attnkit[eval]'") from err
 
-from attnkit.lmeval.model import GENERATION_OPTIONS, AttnkitLM
+from attnkit.lmeval.model import GENERATION_OPTIONS, MAX_GEN_TOKS_ALIASES, AttnkitLM
 
-__all__ = ["GENERATION_OPTIONS", "MODEL_NAME", "AttnkitLM"]
+__all__ = ["GENERATION_OPTIONS", "MAX_GEN_TOKS_ALIASES", "MODEL_NAME", "AttnkitLM"]
 
 MODEL_NAME = "attnkit"
 """The name lm_eval knows :class:`AttnkitLM` by (``--model attnkit``)."""

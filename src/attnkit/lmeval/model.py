@@ -12,7 +12,11 @@
   a token never attends to the padding after it, so padding changes no result;
 - ``loglikelihood_rolling``: lm_eval's disjoint rolling windows of the model's context;
 - ``generate_until``: greedy (or sampling with ``do_sample=True``) with attnkit's batched generation of
-  left-padded prompts, cut at the first ``until`` string or the EOS.
+  left-padded prompts, cut at the first ``until`` string or the EOS; at most ``max_gen_toks`` new tokens
+  (a task's, else the model's default of 256), the prompt cut on the left to the context less those.
+  Where HFLM stops with an assertion when ``max_gen_toks`` leaves no room for a prompt: a
+  ``max_gen_toks`` that was asked for is a ``ValueError`` that says how to set a smaller one; the
+  default, on a model whose context is 256 tokens or less, becomes half the context (with a warning).
 """
 
 from __future__ import annotations
@@ -34,13 +38,19 @@ from attnkit.tasks import load_model
 from attnkit.text.framing import body_ids, document_bounds
 from attnkit.text.tokenizers import Tokenizer
 
-__all__ = ["GENERATION_OPTIONS", "AttnkitLM"]
+__all__ = ["GENERATION_OPTIONS", "MAX_GEN_TOKS_ALIASES", "AttnkitLM"]
 
 logger = logging.getLogger(__name__)
 
 # generate_until's options (a task's generation_kwargs) and what attnkit's generate takes for them.
 GENERATION_OPTIONS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "min_p")
+# Other names of max_gen_toks, in lm_eval's order of priority after it (lm_eval.models.utils.normalize_gen_kwargs).
+MAX_GEN_TOKS_ALIASES = ("max_new_tokens", "max_tokens", "max_completion_tokens")
 _MAX_GEN_TOKS = 256  # as HFLM
+_HOW_TO_SET = (
+    "ask for fewer new tokens: `attnkit eval --gen-kwargs max_gen_toks=N` "
+    "(evaluate_harness(gen_kwargs={'max_gen_toks': N}), lm_eval's --gen_kwargs or the task's generation_kwargs)"
+)
 _Request = tuple[tuple[str, str] | None, list[int], list[int]]
 
 
@@ -65,7 +75,8 @@ class AttnkitLM(TemplateLM):
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``... (default: CUDA when there is one).
         max_length: the context used, in tokens (default: the model's; at most the model's).
         dtype: ``"float32"`` (default: as loaded), ``"bfloat16"`` or ``"float16"``.
-        max_gen_toks: generate_until's default number of new tokens (a task's ``max_gen_toks`` wins).
+        max_gen_toks: generate_until's default number of new tokens (a task's ``max_gen_toks`` wins);
+            default 256, or half the context when that leaves no room for a prompt.
 
     lm_eval passes ``max_batch_size`` and other options it has for every model; those are ignored.
     """
@@ -77,7 +88,7 @@ class AttnkitLM(TemplateLM):
         device: str | None = None,
         max_length: int | str | None = None,
         dtype: str | None = None,
-        max_gen_toks: int | str = _MAX_GEN_TOKS,
+        max_gen_toks: int | str | None = None,
         **ignored: Any,
     ) -> None:
         super().__init__()
@@ -106,7 +117,12 @@ class AttnkitLM(TemplateLM):
         self._max_length = context if max_length is None else _positive_int("max_length", max_length)
         if self._max_length > context:
             raise ValueError(f"max_length={self._max_length} is longer than the model's context of {context} tokens")
-        self._max_gen_toks = _positive_int("max_gen_toks", max_gen_toks)
+        # the default, made to fit the context (said once, when a request uses it)
+        self._clamped = max_gen_toks is None and self._max_length <= _MAX_GEN_TOKS
+        if max_gen_toks is None:
+            self._max_gen_toks = max(self._max_length // 2, 1) if self._clamped else _MAX_GEN_TOKS
+        else:
+            self._max_gen_toks = self._room("max_gen_toks", max_gen_toks)
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             # lm_eval's command line asks for "cuda" by default; its HF backend falls back to the CPU too
             logger.warning("device %r asked for, but there is no CUDA device: using the CPU", device)
@@ -268,13 +284,27 @@ class AttnkitLM(TemplateLM):
         return out
 
     # ------------------------------------------------------------------ generation
-    def _sampling(self, options: dict[str, Any]) -> tuple[list[str], int, dict[str, Any]]:
-        """``(until, max_gen_toks, generate's keyword arguments)`` of a request's generation options."""
-        unknown = sorted(set(options) - set(GENERATION_OPTIONS) - {"max_new_tokens", "max_tokens"})
+    def _room(self, name: str, value: Any) -> int:
+        """``value`` as a number of new tokens that leaves room for a prompt in the context."""
+        number = _positive_int(name, value)
+        if number >= self.max_length:
+            raise ValueError(
+                f"{name}={number} leaves no room for the prompt in the context of {self.max_length} tokens "
+                f"(a prompt is cut on the left to the context less {name}): {_HOW_TO_SET}, N < {self.max_length}"
+            )
+        return number
+
+    def generation_settings(self, options: dict[str, Any]) -> tuple[list[str], int, dict[str, Any]]:
+        """``(until, max_gen_toks, generate's keyword arguments)`` of a request's generation options (a
+        task's ``generation_kwargs``, with ``--gen-kwargs`` over them); a ``ValueError`` for options the
+        model does not take and for a ``max_gen_toks`` that leaves no room for a prompt."""
+        if not isinstance(options, dict):
+            raise TypeError(f"generation options must be a dict, got {type(options).__name__}")
+        unknown = sorted(set(options) - set(GENERATION_OPTIONS) - set(MAX_GEN_TOKS_ALIASES))
         if unknown:
             raise ValueError(
                 f"generation options {unknown} are not supported by the attnkit model; "
-                f"it takes {list(GENERATION_OPTIONS)}"
+                f"it takes {list(GENERATION_OPTIONS)} (max_gen_toks also as {', '.join(MAX_GEN_TOKS_ALIASES)})"
             )
         until = options.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
@@ -283,8 +313,18 @@ class AttnkitLM(TemplateLM):
         eos = self.tok.decode([self.eot_token_id], skip_special=False)
         if eos and eos not in until:
             until.append(eos)
-        given = [options.get(k) for k in ("max_gen_toks", "max_new_tokens", "max_tokens")]
-        max_gen_toks = _positive_int("max_gen_toks", next((g for g in given if g is not None), self.max_gen_toks))
+        name = next((k for k in ("max_gen_toks", *MAX_GEN_TOKS_ALIASES) if options.get(k) is not None), None)
+        max_gen_toks = self._room(name or "max_gen_toks", self.max_gen_toks if name is None else options[name])
+        if name is None and self._clamped:
+            self._clamped = False
+            logger.warning(
+                "the default max_gen_toks=%d leaves no room for a prompt in the context of %d tokens: "
+                "requests that do not set it generate at most %d tokens; to choose, %s",
+                _MAX_GEN_TOKS,
+                self.max_length,
+                max_gen_toks,
+                _HOW_TO_SET,
+            )
         kwargs: dict[str, Any] = {"temperature": 0.0}
         if options.get("do_sample"):  # as transformers: sampling only when asked, at temperature 1 by default
             kwargs["temperature"] = float(options.get("temperature", 1.0))
@@ -306,15 +346,8 @@ class AttnkitLM(TemplateLM):
         for chunk in order.get_batched(n=self.batch_size, batch_fn=None):
             contexts = [context for context, _ in chunk]
             options = chunk[0][1]
-            if not isinstance(options, dict):
-                raise TypeError(f"generation options must be a dict, got {type(options).__name__}")
-            until, max_gen_toks, kwargs = self._sampling(options)
-            max_context = self.max_length - max_gen_toks
-            if max_context < 1:
-                raise ValueError(
-                    f"max_gen_toks={max_gen_toks} leaves no room for the prompt "
-                    f"in the context of {self.max_length} tokens"
-                )
+            until, max_gen_toks, kwargs = self.generation_settings(options)
+            max_context = self.max_length - max_gen_toks  # >= 1: generation_settings checked
             special = not (self._bos_text and contexts[0].startswith(self._bos_text))
             prompts = [self.tok_encode(c, add_special_tokens=special)[-max_context:] for c in contexts]
             out = self.model.generate(
