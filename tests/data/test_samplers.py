@@ -1,4 +1,5 @@
-"""ShuffledOrder: torchdata's RandomSampler's order and state, without a Python list of every index."""
+"""ShuffledOrder: torchdata's RandomSampler's order and state, without a Python list of every index; EvalBatches:
+every process of a multi-process run as many evaluation batches, every example once."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
+from attnkit.data.base import EvalBatches
 from attnkit.data.samplers import CHUNK, ShuffledOrder
 
 
@@ -95,3 +97,52 @@ def test_a_stateful_loader_resumes_mid_epoch_with_the_same_batches() -> None:
     again.load_state_dict(state)
     seen += [b.tolist() for b in again]
     assert seen == expected
+
+
+# ---------------------------------------------------------------------------------------------- EvalBatches
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize(("size", "batch_size"), [(0, 8), (1, 8), (7, 8), (8, 8), (20, 8), (24, 8), (64, 8), (100, 8)])
+def test_eval_batches_as_many_on_every_process_each_example_once(world: int, size: int, batch_size: int) -> None:
+    one = list(EvalBatches(size, batch_size, 1, 0))
+    assert one == [list(range(s, min(s + batch_size, size))) for s in range(0, size, batch_size)]
+    ranks = [EvalBatches(size, batch_size, world, r, "test") for r in range(world)]
+    dealt = [list(r) for r in ranks]
+    per_process = -(-len(one) // world)  # ceil
+    assert [len(d) for d in dealt] == [len(r) for r in ranks] == [per_process] * world  # none waits for another
+    real = [[b for i, b in enumerate(d) if not ranks[r].is_padding(i)] for r, d in enumerate(dealt)]
+    assert sorted(b for r in real for b in r) == one  # every example once, in its one-process batch
+    for r, d in enumerate(real):
+        assert d == one[r::world]  # dealt round robin, in order
+    for r, d in enumerate(dealt):
+        padding = [i for i in range(len(d)) if ranks[r].is_padding(i)]
+        assert padding == list(range(len(real[r]), per_process))  # after its own batches, marked
+        assert all(d[i] == [0] for i in padding)  # one example: cheap, and the same collectives as any batch
+        assert not ranks[r].is_padding(per_process) and not ranks[r].is_padding(-1)  # beyond its batches
+    assert world > 1 or not any(r.is_padding(i) for r in ranks for i in range(per_process))  # never alone
+    assert sum(len(d) - len(r) for d, r in zip(dealt, real)) == per_process * world - len(one)
+
+
+def test_eval_batches_in_a_loader_give_the_padding_example() -> None:
+    data = list(range(10, 30))  # 20 examples: batches of 8, 8, 4 over 2 processes
+    loaders = [StatefulDataLoader(data, batch_sampler=EvalBatches(len(data), 8, 2, r)) for r in (0, 1)]
+    assert [[b.tolist() for b in loader] for loader in loaders] == [
+        [list(range(10, 18)), list(range(26, 30))],
+        [list(range(18, 26)), [10]],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((10, 4, 2, 2), r"rank 2 out of range for 2 processes"),
+        ((10, 4, 2, -1), r"rank -1 out of range"),
+        ((10, 4, 0, 0), r"rank 0 out of range for 0 processes"),
+        ((10, 0, 2, 0), r"the test split's batches need a size >= 0 and a batch size >= 1, got 10 and 0"),
+        ((-1, 4, 2, 0), r"got -1 and 4"),
+    ],
+)
+def test_eval_batches_refuse_what_cannot_be_dealt(args: tuple[int, int, int, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EvalBatches(*args, split="test")

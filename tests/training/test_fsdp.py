@@ -9,6 +9,7 @@ it resumes where it stopped, as a DDP run does (test_preemption.py's checks)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -30,10 +31,11 @@ from torch.distributed.tensor import DTensor
 
 import attnkit
 from attnkit.config import ConfigError
+from attnkit.models.seq2seq import greedy_decode
 from attnkit.tasks import TASKS
 from attnkit.training.checkpoint import load_checkpoint_file
 from attnkit.training.runner import build_module
-from attnkit.training.sharding import ShardingPlan, shard_model
+from attnkit.training.sharding import ShardingPlan, gathered_weights, shard_model
 
 LM = [
     "data.builtin_documents=100", "model.d_model=32", "model.num_layers=2", "model.num_heads=2",
@@ -225,6 +227,45 @@ def test_every_block_is_its_own_unit_and_bf16_mixed_computes_in_bfloat16(one_pro
     assert seen == [torch.bfloat16]  # computed in bfloat16 ...
     assert {p.dtype for p in module.model.parameters()} == {torch.float32}  # ... kept in float32
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in module.model.parameters())
+
+
+def test_gathered_weights_hold_every_unit_whole_through_any_number_of_forward_passes(one_process_group):
+    cfg = TASKS["translate"].config(
+        {"data": {"num_pairs": 200}, "model": {"d_model": 32, "num_layers": 1, "num_decoder_layers": 2}}
+    )
+    datamodule = TASKS["translate"].build_datamodule(cfg)
+    datamodule.setup("fit")
+    module = build_module(TASKS["translate"], cfg, datamodule)
+    with gathered_weights(module.model):  # not sharded: nothing to gather
+        pass
+    model, reference = module.model, copy.deepcopy(module.model).eval()
+    shard_model(model, one_process_group, ShardingPlan())
+    model.eval()
+    units = {n: m for n, m in model.named_modules() if isinstance(m, FSDPModule)}
+    assert list(units) == ["", "encoder.layers.0", "decoder.layers.0", "decoder.layers.1"]
+
+    def sharded() -> dict[str, bool]:  # per unit: its own parameters are DTensor shards
+        return {n: all(isinstance(p, DTensor) for p in _own_parameters(m)) for n, m in units.items()}
+
+    src, src_mask, tgt_in, *_ = next(iter(datamodule.test_dataloader()))
+    model(src, tgt_in, src_mask)  # FSDP initialises itself in the root's first forward pass (as the test step's)
+    model.reshard()
+    assert all(sharded().values())
+    with gathered_weights(model):
+        assert not any(sharded().values())  # every unit whole ...
+        hyps = greedy_decode(model, src, src_mask, max_len=6)  # ... through every decoding step
+        assert not any(sharded().values())
+    assert all(sharded().values())  # resharded on exit
+    assert torch.equal(hyps.tokens, greedy_decode(reference, src, src_mask, max_len=6).tokens)  # the full weights
+    model(src, tgt_in, src_mask)
+    # FSDP's own rule again: a block is resharded after its forward pass, the root is kept whole
+    assert sharded() == {"": False, "encoder.layers.0": True, "decoder.layers.0": True, "decoder.layers.1": True}
+
+
+def _own_parameters(unit: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """``unit``'s parameters but those of the FSDP units inside it."""
+    inner = {id(p) for m in unit.modules() if m is not unit and isinstance(m, FSDPModule) for p in m.parameters()}
+    return [p for p in unit.parameters() if id(p) not in inner]
 
 
 HEAP = """

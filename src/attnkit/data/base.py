@@ -4,7 +4,8 @@ attnkit's data modules shard their own data (the runner turns off Lightning's sa
 a training split is cut into one disjoint shard per process with the same number of batches on
 every process (DDP synchronises gradients at every step, so a process with a batch fewer would hang
 the others), reshuffled per epoch from the seed (Lightning calls ``set_epoch``); an evaluation
-split is dealt out as :class:`EvalBatches`, every example exactly once.
+split is dealt out as :class:`EvalBatches`, every example exactly once and as many batches on every
+process (padding batches, which count in no metric, where a process runs out).
 """
 
 from __future__ import annotations
@@ -41,34 +42,48 @@ def process_shard(datamodule: L.LightningDataModule) -> tuple[int, int]:
 class EvalBatches(Sampler[list[int]]):
     """Evaluation batches of one of ``num_replicas`` processes: the batches a single process makes
     (``batch_size`` consecutive examples, in order), dealt round robin: rank ``r`` gets batches
-    ``r``, ``r + num_replicas``, ...
+    ``r``, ``r + num_replicas``, ..., then padding batches, so that every process gets as many
+    batches, ``ceil(batches / num_replicas)``.
 
     Every example is evaluated exactly once, in the same batch as in a one-process run, so metrics
     summed over the processes equal the one-process figures (Lightning's
     :class:`~torch.utils.data.DistributedSampler` instead repeats examples so that every process
-    gets as many, and counts them twice). A process may get one batch more than another, which
-    evaluation allows: nothing is synchronised per batch. Every process needs at least one batch.
+    gets as many, and counts them twice). Every process must run as many batches: under FSDP
+    (``trainer.strategy=fsdp``) every forward pass is a collective (each block's weights are
+    all-gathered from every process), so a process with a batch more would wait forever for the
+    others. A process whose turn comes after the split's last batch gets a *padding batch* instead
+    (:meth:`is_padding`): the split's first example alone, which the module runs like any batch and
+    counts in no metric (:meth:`attnkit.training.module.TaskModule.is_padding`). A split of fewer
+    batches than processes leaves some processes only padding batches; an empty split, no batch on
+    any process. One process gets the one-process batches, never a padding batch.
     """
 
     def __init__(self, size: int, batch_size: int, num_replicas: int, rank: int, split: str = "evaluation") -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
-        batches = -(-size // batch_size)
-        if batches < num_replicas:
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} out of range for {num_replicas} processes (0 <= rank < processes)")
+        if size < 0 or batch_size < 1:
             raise ValueError(
-                f"the {split} split has {size} examples, {batches} batch(es) of trainer.batch_size={batch_size}, "
-                f"fewer than the {num_replicas} processes (each needs at least one batch): lower trainer.batch_size "
-                "or trainer.devices, or make the split larger"
+                f"the {split} split's batches need a size >= 0 and a batch size >= 1, got {size} and {batch_size}"
             )
         self.size, self.batch_size, self.num_replicas, self.rank = size, batch_size, num_replicas, rank
+        batches = -(-size // batch_size)
+        self.real = len(range(rank, batches, num_replicas))  # this process's batches of the split
+        self.length = -(-batches // num_replicas)  # every process's, padding included
 
     def __iter__(self) -> Iterator[list[int]]:
         step = self.batch_size * self.num_replicas
         for start in range(self.rank * self.batch_size, self.size, step):
             yield list(range(start, min(start + self.batch_size, self.size)))
+        for _ in range(self.length - self.real):
+            yield [0]
 
     def __len__(self) -> int:
-        return len(range(self.rank * self.batch_size, self.size, self.batch_size * self.num_replicas))
+        return self.length
+
+    def is_padding(self, index: int) -> bool:
+        """Whether this process's batch number ``index`` (from 0, in the order given) is a padding batch,
+        to run and leave out of every metric."""
+        return self.real <= index < self.length
 
 
 class EpochDistributedSampler(StatefulDistributedSampler):

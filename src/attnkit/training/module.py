@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
+from attnkit.data.base import EvalBatches
 from attnkit.models import build_model
 from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lora
 from attnkit.training.config import OptimConfig
@@ -97,15 +98,33 @@ class TaskModule(L.LightningModule):
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.model(*args, **kwargs)
 
-    def _evaluate(self, batch: Any, stage: str) -> Tensor:
-        """Validation / test step: ``<stage>/loss`` and each metric's ``<stage>/<name>``, over the epoch."""
+    def is_padding(self, stage: str, batch_idx: int) -> bool:
+        """Whether evaluation batch ``batch_idx`` of ``stage`` (``"val"`` or ``"test"``) is a padding batch of
+        a multi-process run (:class:`attnkit.data.base.EvalBatches`): one that a process whose share of the
+        split ran out runs so that every process runs as many batches (under FSDP each forward pass is a
+        collective every process must join), and that counts in no metric."""
+        loaders = self.trainer.val_dataloaders if stage == "val" else self.trainer.test_dataloaders
+        sampler = getattr(loaders, "batch_sampler", None)
+        return isinstance(sampler, EvalBatches) and sampler.is_padding(batch_idx)
+
+    def _evaluate(self, batch: Any, stage: str, counted: bool = True) -> Tensor:
+        """Validation / test step: ``<stage>/loss`` and each metric's ``<stage>/<name>``, over the epoch.
+
+        A batch not ``counted`` (a padding batch, :meth:`is_padding`) runs the same forward pass and logs the
+        same names, with no weight: the loss as 0 over 0 examples, the metrics not updated (every process
+        must log the same names, which Lightning syncs at the epoch's end)."""
         loss, logits, target = self.step(batch)
-        self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
+        if counted:
+            self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
+        else:
+            nothing = torch.zeros((), device=loss.device)
+            self.log(f"{stage}/loss", nothing, on_epoch=True, prog_bar=True, sync_dist=True, batch_size=0)
         metrics = self.stage_metrics[stage]
         assert isinstance(metrics, nn.ModuleDict)
         for name, metric in metrics.items():
             assert isinstance(metric, Metric)  # built by metrics()
-            metric.update(logits.detach(), target)
+            if counted:
+                metric.update(logits.detach(), target)
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=True)
         return loss
 
@@ -175,10 +194,10 @@ class TaskModule(L.LightningModule):
             self.log("train/acc_epoch", correct / max(count, 1), prog_bar=True, sync_dist=True, reduce_fx="max")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "val")
+        self._evaluate(batch, "val", counted=not self.is_padding("val", batch_idx))
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+        self._evaluate(batch, "test", counted=not self.is_padding("test", batch_idx))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A LoRA run's checkpoints keep only the trained tensors and a reference to the base

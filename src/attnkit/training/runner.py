@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +35,7 @@ from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
 from attnkit.training.sharding import set_activation_checkpointing, sharding_plan, strategy_for
 from attnkit.training.task import C, LoadedRun, Task, TaskConfig
+from attnkit.training.watchdog import StopWatchdog
 from attnkit.version import __version__
 
 __all__ = ["LoadedRun", "TrainResult", "build_module", "evaluate", "fit", "load_run", "resolve_checkpoint"]
@@ -184,6 +187,24 @@ def build_module(task: Task[C], cfg: C, datamodule: Any, *, init_weights: bool =
     return module
 
 
+def _stop_watchdog(trainer: L.Trainer, hint: Callable[[], str] | None = None) -> AbstractContextManager[Any]:
+    """For a multi-process run, a :class:`StopWatchdog` that ends this process (and the processes it
+    started) when a SIGTERM cannot stop it: a process stuck in a collective never runs Lightning's handler."""
+    if trainer.world_size < 2:
+        return nullcontext()
+    launcher = trainer.strategy.launcher  # global rank 0's starts the machine's other processes
+    kill = launcher.kill if launcher is not None else None
+    return StopWatchdog(lambda: trainer.received_sigterm, kill_children=kill, hint=hint)
+
+
+def _resume_hint(task: str, folder: RunFolder) -> str:
+    """Where a stopped run's last checkpoint is and how to continue it, for :func:`_stop_watchdog`."""
+    if not folder.last_checkpoint.is_file():
+        return "No checkpoint had been written."
+    resume = f"attnkit train {task} --resume {shlex.quote(str(folder.path))}"
+    return f"{folder.last_checkpoint} holds its last checkpoint; continue the run with:\n  {resume}"
+
+
 def _check_sharding(cfg: TaskConfig) -> None:
     """Refuse, before any data is read, settings ``trainer.strategy=fsdp`` cannot train with."""
     if sharding_plan(cfg.trainer) is not None and getattr(getattr(cfg, "model", None), "lora", None):
@@ -270,15 +291,17 @@ def fit(
         CSVLogger(save_dir=run_dir, name="logs", version="csv"),
     ]
     trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=loggers)
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    except (Preempted, SIGTERMException) as stop:
-        raise preemption.preempted(task.name, folder.path, trainer) from stop
-    run_dir = folder.path  # the first process's choice, on every process
+    with _stop_watchdog(trainer, lambda: _resume_hint(task.name, folder)):
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        except (Preempted, SIGTERMException) as stop:
+            raise preemption.preempted(task.name, folder.path, trainer) from stop
+        run_dir = folder.path  # the first process's choice, on every process
 
-    best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
-    val = trainer.validate(module, datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
-    test = trainer.test(module, datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
+        best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
+        kwargs: dict[str, Any] = dict(datamodule=datamodule, ckpt_path=str(best_path), verbose=False, weights_only=True)
+        val = trainer.validate(module, **kwargs)
+        test = trainer.test(module, **kwargs)
     metrics = {**(val[0] if val else {}), **(test[0] if test else {})}
     metrics = {k: float(v) for k, v in metrics.items() if not k.endswith("_epoch")}
     wall = time.perf_counter() - start
@@ -403,5 +426,6 @@ def evaluate(
         datamodule = run.task.build_datamodule(cfg, artifacts=run.hparams.get("artifacts"))
     run.module.sharding = sharding_plan(cfg.trainer)
     trainer_ = _trainer(cfg, Path(run.run_dir or "."), callbacks=[], logger=False)
-    result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
+    with _stop_watchdog(trainer_):
+        result = trainer_.test(run.module, datamodule=datamodule, verbose=False)
     return {k: float(v) for k, v in (result[0] if result else {}).items()}

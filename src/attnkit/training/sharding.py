@@ -22,6 +22,11 @@ and FSDP2 is the API PyTorch develops.
   (``nn.Module.compile``) before Lightning's ``configure_model`` shards it. Tested on 2 CPU
   processes: the model's forward pass traced by ``torch.compile``, the same losses and weights as DDP.
   (Compiling each block after sharding, torchtitan's way, has not been measured against it on a GPU.)
+- **Evaluation**: every forward pass is a collective, so every process must make as many. The data
+  modules give every process as many evaluation batches (:class:`attnkit.data.base.EvalBatches`: padding
+  batches, counted in no metric, where a split does not divide evenly); work whose number of forward
+  passes differs between processes (decoding: each stops when its own batch is done) runs inside
+  :func:`gathered_weights`, which gathers every unit's weights once for it.
 - **CPU memory**: FSDP gathers each block's full weights and makes its full gradients anew in every
   step, then frees them. glibc's ``malloc`` raises its threshold for serving a request with its own
   memory map to the size of the largest one freed (up to 32 MiB), so from the first step on these
@@ -38,6 +43,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +62,7 @@ __all__ = [
     "FSDP_PRECISIONS",
     "ShardingPlan",
     "fix_mmap_threshold",
+    "gathered_weights",
     "is_sharded",
     "set_activation_checkpointing",
     "shard_model",
@@ -157,6 +165,28 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, plan: ShardingPlan) -> None:
         for block in stack.layers:
             fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+@contextmanager
+def gathered_weights(model: nn.Module) -> Iterator[None]:
+    """Within the block, every FSDP unit of a sharded ``model`` holds its full weights: gathered once on
+    entry (one all-gather per unit, in the same order on every process) and kept through any number of
+    forward passes, which then communicate nothing; resharded on exit. For work whose number of forward
+    passes may differ between processes, such as decoding (each process stops when its own batch is
+    done), which would otherwise leave a process waiting forever in an all-gather the others never
+    join. Costs the full model's weights in memory while it lasts. For a model that has made a forward
+    pass (FSDP initialises itself in the first); does nothing to a model that is not sharded."""
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.unshard()
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            # shard_model's (FSDP2's default): a block is resharded after its forward pass, the root is not.
+            unit.set_reshard_after_forward(unit is not model, recurse=False)
+            unit.reshard()
 
 
 # mallopt's parameter number of M_MMAP_THRESHOLD (glibc's malloc.h).

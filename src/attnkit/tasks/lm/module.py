@@ -56,11 +56,13 @@ class LanguageModelModule(ClassifierModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         super().validation_step(batch, batch_idx)
-        self._accumulate("val")
+        if not self.is_padding("val", batch_idx):  # a padding batch is run, never counted
+            self._accumulate("val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         super().test_step(batch, batch_idx)
-        self._accumulate("test")
+        if not self.is_padding("test", batch_idx):
+            self._accumulate("test")
 
     def _log_text_metrics(self, stage: str) -> None:
         nll_sum, token_count = self._sums(stage)

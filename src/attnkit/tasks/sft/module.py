@@ -46,13 +46,15 @@ class SFTModule(ClassifierModule):
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         return assistant_loss(self.model, batch)
 
-    def _evaluate(self, batch: Any, stage: str) -> Tensor:
+    def _evaluate(self, batch: Any, stage: str, counted: bool = True) -> Tensor:
         loss, logits, target = self.step(batch)
         metrics = self.stage_metrics[stage]
         assert isinstance(metrics, nn.ModuleDict)
         for name, metric in metrics.items():
             assert isinstance(metric, Metric)
-            if name == "loss":  # the batch's mean weighted by its tokens: summed over processes, then divided
+            if not counted:  # a padding batch: run, logged under the same names, never counted
+                pass
+            elif name == "loss":  # the batch's mean weighted by its tokens: summed over processes, then divided
                 metric.update(loss.detach(), max(int(target.numel()), 1))
             else:
                 metric.update(logits.detach(), target)

@@ -15,6 +15,7 @@ from attnkit.tasks.translate.decoding import corpus_scores, decode_batch, one_li
 from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.distributed import gather_lists
 from attnkit.training.module import ClassifierModule
+from attnkit.training.sharding import gathered_weights
 
 if TYPE_CHECKING:
     from attnkit.models.seq2seq import Seq2SeqTransformer
@@ -65,10 +66,15 @@ class TranslateModule(ClassifierModule):
         src, src_mask, _, _, index = batch
         refs = self.trainer.datamodule.datasets["test"].refs  # type: ignore[attr-defined]  # Lightning sets Trainer.datamodule at run time, undeclared
         d = self.decode_config
-        hyps = decode_batch(
-            self.model, src, src_mask, beam_size=d.beam_size, length_penalty=d.length_penalty,
-            max_len=self.max_decode_len(),
-        )  # fmt: skip
+        # Sharded (FSDP), every decoding step would be a collective, and each process stops when its own
+        # batch is done: the weights are gathered once for the whole batch instead.
+        with gathered_weights(self.model):
+            hyps = decode_batch(
+                self.model, src, src_mask, beam_size=d.beam_size, length_penalty=d.length_penalty,
+                max_len=self.max_decode_len(),
+            )  # fmt: skip
+        if self.is_padding("test", batch_idx):  # run as every process must, never counted
+            return
         tgt_tok = self.tokenizers[1]
         self._hyps += [one_line(tgt_tok.decode(ids)) for ids in hyps.token_lists()]
         self._refs += [refs[i] for i in index.tolist()]
