@@ -3,11 +3,12 @@ folder imported."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit.data.lm.blocks import tokenizer_of
-from attnkit.data.sft.artifacts import write_chat_files
+from attnkit.data.sft.artifacts import chat_of, write_chat_files
 from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained, export_hf, load_pretrained, plain_model, save_model
 from attnkit.interop import import_model as _convert
@@ -43,8 +44,11 @@ def export(run: str | Path, out: str | Path, *, format: str = "attnkit", merge: 
     loaded = load_run(run)
     model = plain_model(loaded.module.model, merge=merge, source=run)
     artifacts = loaded.hparams.get("artifacts") or None
-    save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint))
-    write_chat_files(artifacts, out)  # an sft run's chat template and generation config
+    template, generation = chat_of(artifacts)  # an sft run's chat template and generation config
+    chat = {"chat_template.jinja": template.source} if template is not None else {}
+    if generation:
+        chat["generation_config.json"] = json.dumps(generation, indent=2) + "\n"
+    save_model(model, out, task=loaded.task.name, artifacts=artifacts, source=str(loaded.checkpoint), extra_files=chat)
     return Exported(str(loaded.checkpoint), Path(out))
 
 

@@ -6,11 +6,19 @@ with the registry name and full config of the model, and optionally the ``task``
 ``artifacts`` of the run it came from, and its ``source``) and, for a pretrained tokenizer,
 ``tokenizer.json`` + ``tokenizer_config.json``. ``attnkit export RUN --out DIR`` and
 ``attnkit import PATH --out DIR`` write one.
+
+Version 2 folders are checked on load: ``attnkit.json`` lists the SHA-256 of every other file attnkit
+wrote (``"files": {name: sha256}``) and its own (``"sha256"``: of the JSON less that key, see
+:func:`info_digest`), so a corrupted file (a flipped bit in the weights) is an error naming it instead of
+a model with other weights. Version 1 folders (written before, without hashes) load unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +38,9 @@ __all__ = [
     "FORMAT",
     "INFO_FILE",
     "MODEL_FILE",
+    "check_files",
+    "file_sha256",
+    "info_digest",
     "load_model",
     "model_name",
     "plain_model",
@@ -38,7 +49,7 @@ __all__ = [
 ]
 
 FORMAT = "attnkit.model"
-VERSION = 1
+VERSION = 2  # 2: with the SHA-256 of every file; 1 (still read, unchecked): without
 INFO_FILE = "attnkit.json"
 MODEL_FILE = "model.safetensors"
 
@@ -59,8 +70,12 @@ def save_model(
     task: str | None = None,
     artifacts: dict[str, Any] | None = None,
     source: str | None = None,
+    extra_files: Mapping[str, str] | None = None,
 ) -> Path:
-    """Write ``model`` (a registered attnkit model with a ``config``) to ``folder``; returns the folder."""
+    """Write ``model`` (a registered attnkit model with a ``config``) to ``folder``; returns the folder.
+
+    ``extra_files``: more text files to write into the folder (name: content, e.g. a chat template),
+    checked on load like the weights. ``attnkit.json``, with the SHA-256 of every file, is written last."""
     folder = Path(folder)
     name = model_name(model)
     config = model.config
@@ -76,10 +91,57 @@ def save_model(
             info[key] = value
     folder.mkdir(parents=True, exist_ok=True)
     _save_safetensors_model(model, str(folder / MODEL_FILE), metadata={"format": "pt"})
-    (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    names = [MODEL_FILE]
     if tokenizer is not None:
         tokenizer.save(folder)
+        names += ["tokenizer.json", "tokenizer_config.json"]
+    files = {name: file_sha256(folder / name) for name in names}  # just written: read from the page cache
+    for name, text in (extra_files or {}).items():
+        if Path(name).name != name or name in ("", ".", "..", INFO_FILE):
+            raise ValueError(f"extra file {name!r}: give a plain file name (not {INFO_FILE}), no folders")
+        blob = text.encode("utf-8")
+        (folder / name).write_bytes(blob)
+        files[name] = hashlib.sha256(blob).hexdigest()
+    info["files"] = files
+    info["sha256"] = info_digest(info)
+    tmp = folder / f".{INFO_FILE}.tmp"
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, folder / INFO_FILE)  # last, and whole: a folder with attnkit.json is complete
     return folder
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 (hex) of the file ``path``, read in a stream."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def info_digest(info: Mapping[str, Any]) -> str:
+    """The SHA-256 (hex) of an ``attnkit.json``'s content less its ``"sha256"`` key (as sorted, compact JSON)."""
+    body = {key: value for key, value in info.items() if key != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _corrupt(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: {why}; the file is corrupt or was changed after attnkit wrote the folder. "
+        "Write the folder again (`attnkit export RUN --out DIR` or `attnkit import PATH --out DIR`)"
+    )
+
+
+def check_files(folder: str | Path, info: Mapping[str, Any], names: Iterable[str] | None = None) -> None:
+    """Check that the files of the attnkit model folder ``folder`` (``info``: its :func:`read_model_info`)
+    hold what was written: each file listed in ``info["files"]`` (or the listed ones of ``names``) must
+    exist and have its SHA-256; a :class:`CheckpointError` names the first that does not. A version 1
+    folder (no hashes) is not checked."""
+    folder = Path(folder)
+    files = info.get("files") or {}
+    for name in files if names is None else [n for n in names if n in files]:
+        path = folder / name
+        if not path.is_file():
+            raise _corrupt(path, f"the file is missing, but {INFO_FILE} lists it as written with the model")
+        if file_sha256(path) != files[name]:
+            raise _corrupt(path, f"its content does not match what was written (its SHA-256 in {INFO_FILE})")
 
 
 def plain_model(model: nn.Module, *, merge: bool = False, source: str | Path = "the model") -> nn.Module:
@@ -104,14 +166,31 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid JSON: {err}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         raise ConfigError(f"{path}: 'format' must be {FORMAT!r}")
-    if info.get("version") != VERSION:
-        raise ConfigError(f"{path}: unsupported version {info.get('version')!r} (this attnkit reads {VERSION})")
+    version = info.get("version")
+    if type(version) is not int or version not in (1, VERSION):  # not True or 1.0
+        raise ConfigError(f"{path}: unsupported version {info.get('version')!r} (this attnkit reads 1 to {VERSION})")
     model = info.get("model")
     name = model.get("name") if isinstance(model, dict) else None
     ok = isinstance(name, str) and name in MODELS
     if not isinstance(model, dict) or not ok or not isinstance(model.get("config"), dict):
         raise ConfigError(f"{path}: 'model' must be {{'name': one of {sorted(MODELS)}, 'config': {{...}}}}")
+    _check_hashes(path, info)
     return info
+
+
+def _check_hashes(path: Path, info: dict[str, Any]) -> None:
+    """``info`` (read from ``path``) must hold its own SHA-256 and a valid ``files`` map: at version 2
+    always, at version 1 where present (version 1 folders were written without them)."""
+    files, digest = info.get("files"), info.get("sha256")
+    if info["version"] == 1 and files is None and digest is None:
+        return
+    if not isinstance(files, dict) or not isinstance(digest, str):
+        raise _corrupt(path, "'files' (the SHA-256 of each file) or 'sha256' (its own) is missing or malformed")
+    if digest != info_digest(info):
+        raise _corrupt(path, "its content does not match what was written (its own SHA-256, 'sha256')")
+    for name, sha in files.items():
+        if Path(name).name != name or name in ("", ".", "..", INFO_FILE) or not isinstance(sha, str):
+            raise _corrupt(path, f"'files' must map file names in the folder to SHA-256s, not {name!r}: {sha!r}")
 
 
 def load_model(folder: str | Path) -> nn.Module:
@@ -124,6 +203,7 @@ def load_model(folder: str | Path) -> nn.Module:
     weights = folder / MODEL_FILE
     if not weights.is_file():
         raise CheckpointError(f"{folder} has {INFO_FILE} but no {MODEL_FILE}")
+    check_files(folder, info, [MODEL_FILE])
     try:
         _load_safetensors_model(model, weights, strict=True)
     except (SafetensorError, OSError) as err:

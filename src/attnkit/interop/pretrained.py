@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from attnkit.data.collate import pad_sequences
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
-from attnkit.interop.export import INFO_FILE, load_model, read_model_info, save_model
+from attnkit.interop.export import INFO_FILE, MODEL_FILE, check_files, load_model, read_model_info, save_model
 from attnkit.interop.gpt2 import gpt2_config, gpt2_ignored, gpt2_rules, normalize_gpt2_names
 from attnkit.interop.llama import llama_config, llama_ignored, llama_rules, normalize_llama_names
 from attnkit.interop.weights import convert_state_dict, load_weights, weight_names
@@ -252,6 +252,7 @@ def load_pretrained(path: str | Path) -> Pretrained:
     folder = _folder(path)
     if (folder / INFO_FILE).is_file():
         info = read_model_info(folder)
+        check_files(folder, info, [name for name in info.get("files") or {} if name != MODEL_FILE])
         tokenizer = _attnkit_tokenizer(folder, info)
         return Pretrained(
             load_model(folder), info["model"]["name"], tokenizer, folder, info, *_chat_files(folder, tokenizer)
@@ -325,6 +326,11 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
         else None
     )
     info = pretrained.info if (pretrained.source / INFO_FILE).is_file() else {}
+    extra: dict[str, str] = {}
+    if tokenizer is not None and pretrained.chat_template is not None:  # what chat and serve read
+        extra["chat_template.jinja"] = pretrained.chat_template.source
+    if pretrained.generation_config:
+        extra["generation_config.json"] = json.dumps(pretrained.generation_config, indent=2) + "\n"
     save_model(
         pretrained.model,
         out,
@@ -332,11 +338,8 @@ def import_model(path: str | Path, out: str | Path) -> Pretrained:
         task=info.get("task"),
         artifacts=info.get("artifacts"),
         source=info.get("source") or f"{pretrained.source.resolve()} ({pretrained.info.get('model_type')})",
+        extra_files=extra,
     )
-    if tokenizer is not None and pretrained.chat_template is not None:  # what chat and serve read
-        (Path(out) / "chat_template.jinja").write_text(pretrained.chat_template.source, encoding="utf-8")
-    if pretrained.generation_config:
-        (Path(out) / "generation_config.json").write_text(json.dumps(pretrained.generation_config, indent=2) + "\n")
     return pretrained
 
 
@@ -344,7 +347,9 @@ def pretrained_tokenizer(path: str | Path) -> Any:
     """The tokenizer of a model folder (as :func:`load_pretrained` reads it), without the weights."""
     folder = _folder(path)
     if (folder / INFO_FILE).is_file():
-        tokenizer = _attnkit_tokenizer(folder, read_model_info(folder))
+        info = read_model_info(folder)
+        check_files(folder, info, ["tokenizer.json", "tokenizer_config.json"])
+        tokenizer = _attnkit_tokenizer(folder, info)
     else:
         _hf_config(folder)
         tokenizer = _hf_tokenizer(folder)
