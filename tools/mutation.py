@@ -6,6 +6,9 @@ Each module is mutated on its own, against the tests that exercise it (a few fil
     .venv/bin/python tools/mutation.py --module masks    # one module (repeat --module for more)
     .venv/bin/python tools/mutation.py --table           # the table of the last runs, nothing run
     .venv/bin/python tools/mutation.py --module masks --worktree   # the working tree, not a commit
+    .venv/bin/python tools/mutation.py --module engine --only 'attnkit.serve.engine.xǁEngineǁ_step__*'
+                                                         # only the mutants of these names (fnmatch globs)
+    .venv/bin/python tools/mutation.py --module engine --worktree --collect --only ...   # count a stopped run
 
 How: the module's commit (``--rev``, default ``HEAD``; ``--worktree`` copies the working tree instead)
 is unpacked into ``mutants/<module>/`` (``src/``, ``tests/``, ``pyproject.toml``), a ``[tool.mutmut]``
@@ -27,6 +30,7 @@ Not run by CI: a full run takes tens of minutes. The table is on docs/developmen
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -46,6 +50,8 @@ WORK = ROOT / "mutants"
 class Module:
     path: str
     tests: tuple[str, ...]  # test files, or pytest node ids (``file::test``) where only some tests of a file fit
+    # mutmut's timeout_multiplier (default 15): a mutant is a timeout past (its tests' CPU seconds + 1) * 2 * this
+    timeout_multiplier: float | None = None
 
 
 # The modules of issue 21 and the tests that exercise them, in the order they are run.
@@ -79,6 +85,18 @@ MODULES: dict[str, Module] = {
         "src/attnkit/data/cache.py",
         ("tests/data/test_cache.py", "tests/data/test_cache_mutants.py"),
     ),
+    "sft_encode": Module(
+        "src/attnkit/data/sft/encode.py", ("tests/data/test_sft_data.py", "tests/data/test_sft_encode_mutants.py")
+    ),
+    "losses": Module("src/attnkit/nn/losses.py", ("tests/nn/test_losses.py",)),
+    "lmeval_model": Module(
+        "src/attnkit/lmeval/model.py",
+        (
+            "tests/lmeval/test_lmeval_cli.py",
+            "tests/lmeval/test_lmeval_parity.py",
+            "tests/lmeval/test_lmeval_gen_kwargs.py",
+        ),
+    ),
     # preemption.py's unit tests only (a stand-in trainer): test_preemption.py's end-to-end runs (SIGTERM, DDP in
     # two processes) take tens of seconds each.
     "preemption": Module("src/attnkit/training/preemption.py", ("tests/training/test_preemption_unit.py",)),
@@ -97,6 +115,18 @@ MODULES: dict[str, Module] = {
             ),
             "tests/tuning/test_storage_mutants.py",
         ),
+    ),
+    "sampling_options": Module(
+        "src/attnkit/models/generation/options.py",
+        ("tests/models/test_generation_options.py", "tests/models/test_generation_mutants.py"),
+    ),
+    # The engine in-process only: the tests of tests/serve that start an `attnkit serve` process take tens of
+    # seconds each. A mutant that keeps a row decoding forever burns CPU until the timeout: 2 instead of 15
+    # (CPU seconds, so other load on the machine does not make timeouts).
+    "engine": Module(
+        "src/attnkit/serve/engine.py",
+        ("tests/serve/test_engine.py", "tests/serve/test_engine_mutants.py"),
+        timeout_multiplier=2.0,
     ),
 }
 
@@ -165,7 +195,6 @@ EQUIVALENT |= {
     _GEN + "top_k_filter__mutmut_1": "k equal to the vocabulary keeps every logit either way",
     _GEN + "min_p_filter__mutmut_1": "min_p = 0 drops no probability (none is below 0)",
     _GEN + "apply_repetition_penalty__mutmut_10": "a zero logit times or divided by the penalty is zero",
-    _GEN + "check_sampling__mutmut_1": "the default penalty, 1 or 2, is valid either way",
     **{_GEN + f"left_pad__mutmut_{i}": "token ids (ints) make int64 tensors by default" for i in (4, 6, 23, 26)},
 }
 _G = "attnkit.data.splits.x_group_split__mutmut_"
@@ -245,9 +274,55 @@ EQUIVALENT |= {
     _C + "ǁLazySequenceǁ_check__mutmut_8": "with no items every index is refused before the modulo",
     _TC + "open__mutmut_27": 'problem = "" is as false as problem = None',
 }
+_E = "attnkit.serve.engine.xǁEngineǁ"
+_EMPTIED = "an empty batch's mask and pending tokens are replaced whole by the next prefill's (the cache is None)"
+EQUIVALENT |= {
+    **{_E + f"_fail_all__mutmut_{i}": _EMPTIED + "; stats' width is 0 either way" for i in (6, 8, 9)},
+    _E + "_step__mutmut_57": "the greedy argmax recomputed for each greedy request: the same tokens",
+    _E + "_step__mutmut_59": "dim 1 is dim -1 of the step's [B, V] logits",
+}
+# check_sampling moved from sampling.py to options.py (its penalty default was sampling's check_sampling__mutmut_1).
+EQUIVALENT["attnkit.models.generation.options.x_check_sampling__mutmut_2"] = (
+    "the default repetition penalty, 1 or 2, is valid either way (a penalty has no upper bound)"
+)
 EQUIVALENT["attnkit.training.preemption.xǁPreemptionCheckpointǁ__init____mutmut_2"] = (
     "_sigusr1_received = None is as false as False (it is only tested for truth)"
 )
+_SFT = "attnkit.data.sft.encode."
+_FALSE_PROMPT = "add_generation_prompt=None for False: templates test it for truth, and None is as false"
+EQUIVALENT |= {
+    _SFT + "x__common_start__mutmut_12": "another halving point: with same < most, (same + most + 2) // 2 <= most "
+    "still, and the loop ends at the same longest common beginning",
+    _SFT + "x_assistant_spans__mutmut_15": _FALSE_PROMPT,
+    _SFT + "x_assistant_spans__mutmut_56": _FALSE_PROMPT,
+    _SFT + "x_encode_conversation__mutmut_8": _FALSE_PROMPT,
+    _SFT + "x_assistant_spans__mutmut_29": "add_generation_prompt=True is ChatTemplate.render's default",
+    **{
+        f"{_SFT}x_collate_examples__mutmut_{n}": "torch.full with an int fill value is int64 without a dtype"
+        for n in (7, 10, 14, 17)
+    },
+}
+
+_LCE = "attnkit.nn.losses.xǁ_LinearCrossEntropyǁ"
+_LAST_DIM = "dim 1 for -1 (or unsqueeze(1) of a 1-D tensor): the chunk's logits are 2-D [rows, V]"
+_AUTOGRAD_CAST = "autograd casts a returned gradient to its input's dtype (.to(None) keeps it float32)"
+_UNUSED_GRAD = "a gradient made, saved or returned for an input that does not require one: autograd drops it"
+_DEFAULT_F32 = "float32 is torch's default dtype; a float32 accumulator or count cast back to the input's dtype"
+EQUIVALENT |= {
+    **{_LCE + f"backward__mutmut_{n}": _AUTOGRAD_CAST for n in (7, 11, 16)},
+    **{_LCE + f"backward__mutmut_{n}": _UNUSED_GRAD for n in (5, 10)},
+    **{_LCE + f"forward__mutmut_{n}": _UNUSED_GRAD for n in (27, 32, 42, 187, 190, 193)},
+    **{_LCE + f"forward__mutmut_{n}": _LAST_DIM for n in (58, 124, 132, 134, 138, 146, 148, 162, 170)},
+    **{_LCE + f"forward__mutmut_{n}": _DEFAULT_F32 for n in (34, 37, 44, 47, 54, 55)},
+    _LCE + "forward__mutmut_4": "needs_input_grad[:4] adds the targets' flag, always False (integer targets)",
+    _LCE + "forward__mutmut_14": "the loss's 0-dim accumulator made on the CPU: a 0-dim CPU tensor combines with "
+    "any device as a scalar (the meta-device test passes), the loss still comes out on the inputs' device",
+    _LCE + "forward__mutmut_17": "the loss's 0-dim accumulator made on the CPU (see forward__mutmut_14)",
+    _LCE + "forward__mutmut_89": "`or` for `and`: mixed float32/bfloat16 inputs fail in torch.mm as they fail in "
+    "F.linear (inputs of one dtype take the same branch either way)",
+    _LCE + "forward__mutmut_176": "grad_hidden in weight's dtype: hidden and weight must share a dtype (mm/linear)",
+    _LCE + "forward__mutmut_214": 'float("NAN") is float("nan")',
+}
 
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
 KILLED_STATUSES = {"killed", "timeout", "segfault"}
@@ -283,12 +358,14 @@ def unpack(module: Module, rev: str | None, dest: Path) -> None:
     missing = sorted(set(module.tests) - set(tests))
     if missing:
         print(f"  (not in this tree, skipped: {', '.join(missing)})")
-    config = {
+    config: dict[str, list[str] | float] = {
         "source_paths": ["src"],
         "only_mutate": [module.path],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider"],
     }
+    if module.timeout_multiplier is not None:
+        config["timeout_multiplier"] = module.timeout_multiplier
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
     pyproject.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
 
@@ -304,20 +381,30 @@ def mutmut(args: list[str], cwd: Path, log: Path | None = None) -> subprocess.Co
         return subprocess.run([str(exe), *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
-def run_module(name: str, rev: str | None) -> dict:
+def run_module(name: str, rev: str | None, only: list[str] | None = None, collect: bool = False) -> dict:
+    """Mutate module ``name``; ``only``: mutmut's mutant-name globs, the mutants run and counted (None: all).
+    ``collect``: run nothing, count the mutants that the last run of ``name`` (stopped before its end) finished."""
     from mutmut.stats import status_by_exit_code
 
     module = MODULES[name]
     dest = WORK / name
-    print(f"== {name}: {module.path} at {rev or 'the working tree'}", flush=True)
-    unpack(module, rev, dest)
-    log = dest / "mutmut.log"
-    proc = mutmut(["run", "--max-children", "1"], dest, log)
     meta = dest / "mutants" / (module.path + ".meta")
-    if proc.returncode != 0 or not meta.exists():
-        tail = log.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); the end of {log}:\n{tail}")
+    if collect:
+        if not meta.exists():
+            raise SystemExit(f"no run of {name} to collect: {meta} is missing")
+    else:
+        print(f"== {name}: {module.path} at {rev or 'the working tree'}", flush=True)
+        unpack(module, rev, dest)
+        log = dest / "mutmut.log"
+        proc = mutmut(["run", "--max-children", "1", *(only or [])], dest, log)
+        if proc.returncode != 0 or not meta.exists():
+            tail = log.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"mutmut failed on {name} (exit {proc.returncode}); the end of {log}:\n{tail}")
     exit_codes = json.loads(meta.read_text())["exit_code_by_key"]
+    if only:
+        exit_codes = {k: c for k, c in exit_codes.items() if any(fnmatch.fnmatch(k, glob) for glob in only)}
+    not_run = sorted(k for k, c in exit_codes.items() if c is None) if collect else []
+    exit_codes = {k: c for k, c in exit_codes.items() if k not in set(not_run)}
     statuses = {key: status_by_exit_code[code] for key, code in exit_codes.items()}
     survivors = {}
     for key in sorted(k for k, s in statuses.items() if s not in KILLED_STATUSES):
@@ -331,6 +418,8 @@ def run_module(name: str, rev: str | None) -> dict:
         "module": module.path,
         "tests": list(module.tests),
         "commit": commit,
+        "only": only or [],
+        "not_run": not_run,
         "mutants": len(statuses),
         "killed": sum(s == "killed" for s in statuses.values()),
         "timeout": sum(s in ("timeout", "segfault") for s in statuses.values()),
@@ -356,6 +445,10 @@ def table(names: list[str]) -> str:
         equivalent = [k for k in survived if k in EQUIVALENT]
         pct = 100.0 * killed / r["mutants"] if r["mutants"] else 100.0
         timeouts = f" ({r['timeout']} by timeout)" if r["timeout"] else ""
+        if r.get("only"):
+            notes.append(f"{name}: only the mutants {', '.join(r['only'])}")
+        if r.get("not_run"):
+            notes.append(f"{name}: {len(r['not_run'])} more not run (the run was stopped): {', '.join(r['not_run'])}")
         rows.append(
             f"| `{r['module'].removeprefix('src/')}` | {r['mutants']} | {killed}{timeouts} | {len(survived)} "
             f"| {len(equivalent)} | {pct:.1f} |"
@@ -373,11 +466,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worktree", action="store_true", help="mutate the working tree instead of a commit")
     parser.add_argument("--table", action="store_true", help="print the table of the last runs; run nothing")
     parser.add_argument("--diffs", action="store_true", help="print each survivor's diff")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="run nothing: count the mutants the last run of each module finished (a run stopped before its end)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="run and count only the mutants whose mutmut name matches (repeatable; e.g. "
+        "'attnkit.serve.engine.xǁEngineǁ_step__*')",
+    )
     args = parser.parse_args(argv)
     names = args.module or list(MODULES)
     if not args.table:
         for name in names:
-            run_module(name, None if args.worktree else args.rev)
+            run_module(name, None if args.worktree else args.rev, args.only, args.collect)
     print(table(names))
     if args.diffs:
         for name in names:
