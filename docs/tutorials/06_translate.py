@@ -392,17 +392,18 @@ for i in range(len(references)):
         print(f"      beam      {beam_texts[i]!r}  (score {beam_score[i]:.3f})")
         print(f"      reference {references[i]!r}")
 differ = [i for i in range(len(references)) if greedy_texts[i] != beam_texts[i]]
-assert at_least == len(references) and 0 < len(differ) <= 5
-assert all(beam_texts[i] == references[i] for i in differ)
+assert at_least == len(references) and len(differ) <= 5
+assert all(beam_score[i] > greedy_score[i] for i in differ)  # where they differ, beam's scores higher
 # (Times are printed, not checked: on a busy machine they vary from run to run.)
 
 # %% [markdown]
 # Beam search found a translation the model scores at least as high as greedy's for every test
-# sentence, and for a few it found a better one, which here is also the correct one: greedy commits
-# to a word early and cannot take it back. Beam search is not free: each step runs `k` hypotheses
-# per sentence, and it took longer than greedy here (the times printed above). It is also no cure for a model's
-# mistakes: when the model scores a wrong translation highest, beam search is the more likely to
-# find it. Here the two agree on all but the few sentences printed.
+# sentence. Where the two differ (the sentences printed above, if any: a model this well trained is
+# often so sure of each next word that greedy already finds the best-scored translation), beam's
+# scores higher: greedy commits to a word early and cannot take it back. Beam search is not free: each
+# step runs `k` hypotheses per sentence, and it took longer than greedy here (the times printed
+# above). It is also no cure for a model's mistakes: when the model scores a wrong translation
+# highest, beam search is the more likely to find it.
 #
 # ## Scoring translations: BLEU and chrF
 #
