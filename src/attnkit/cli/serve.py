@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -13,7 +14,17 @@ from attnkit.api.serving import ServeLimits
 from attnkit.cli.common import USER_ERRORS, fail, main
 from attnkit.config import UserPath
 
-LIMITS = ServeLimits()  # the defaults the flags show (pydantic only: no torch at start-up)
+
+def limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One ``--max-...`` flag per :class:`ServeLimits` field (its default and description; pydantic only: no
+    torch at start-up), in the fields' order."""
+    for name, field in reversed(ServeLimits.model_fields.items()):
+        flag = "--" + name.replace("_", "-")
+        option = click.option(
+            flag, default=field.default, show_default=True, type=click.IntRange(min=1), help=field.description
+        )
+        command = option(command)
+    return command
 
 
 @main.command()
@@ -29,26 +40,7 @@ LIMITS = ServeLimits()  # the defaults the flags show (pydantic only: no torch a
     "--max-batch", default=32, show_default=True, type=click.IntRange(min=1), help="Most sequences decoded at once."
 )
 @click.option("--model-name", help="The model's name in the API (default: the folder's name).")
-@click.option(
-    "--max-body-bytes", default=LIMITS.max_body_bytes, show_default=True, type=click.IntRange(min=1),
-    help="Most bytes of a request body (more: 413).",
-)  # fmt: skip
-@click.option(
-    "--max-prompts", default=LIMITS.max_prompts, show_default=True, type=click.IntRange(min=1),
-    help="Most prompts of one completions request (more: 400).",
-)  # fmt: skip
-@click.option(
-    "--max-chars", default=LIMITS.max_chars, show_default=True, type=click.IntRange(min=1),
-    help="Most characters of one request's prompts or messages together (more: 400, before tokenizing).",
-)  # fmt: skip
-@click.option(
-    "--max-queue", default=LIMITS.max_queue, show_default=True, type=click.IntRange(min=1),
-    help="Most prompts waiting for room in the batch (full: 429 with Retry-After); at least --max-prompts.",
-)  # fmt: skip
-@click.option(
-    "--max-tokens", default=LIMITS.max_tokens, show_default=True, type=click.IntRange(min=1),
-    help="Most new tokens of one choice: a request asking more gets this many; chat's default max_tokens.",
-)  # fmt: skip
+@limit_options
 def serve(
     run: str, host: str, port: int, api_key: str | None, max_batch: int, model_name: str | None, **limits: int
 ) -> None:

@@ -29,11 +29,23 @@ class ServeLimits(StrictModel):
       ``finish_reason`` then says ``"length"``), and it is chat's default ``max_tokens``.
     """
 
-    max_body_bytes: int = Field(2 * MIB, ge=1)
-    max_prompts: int = Field(64, ge=1)
-    max_chars: int = Field(100_000, ge=1)
-    max_queue: int = Field(256, ge=1)
-    max_tokens: int = Field(1024, ge=1)
+    max_body_bytes: int = Field(2 * MIB, ge=1, description="Most bytes of a request body (more: 413).")
+    max_prompts: int = Field(64, ge=1, description="Most prompts of one completions request (more: 400).")
+    max_chars: int = Field(
+        100_000,
+        ge=1,
+        description="Most characters of one request's prompts or messages together (more: 400, before tokenizing).",
+    )
+    max_queue: int = Field(
+        256,
+        ge=1,
+        description="Most prompts waiting for room in the batch (full: 429 with Retry-After); at least --max-prompts.",
+    )
+    max_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Most new tokens of one choice: a request asking more gets this many; chat's default max_tokens.",
+    )
 
     @model_validator(mode="after")
     def _queue_holds_a_request(self) -> ServeLimits:
