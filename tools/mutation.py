@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
+from mutation_equivalent import EQUIVALENT  # tools/, on sys.path when this script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 
@@ -52,6 +54,11 @@ class Module:
     tests: tuple[str, ...]  # test files, or pytest node ids (``file::test``) where only some tests of a file fit
     # mutmut's timeout_multiplier (default 15): a mutant is a timeout past (its tests' CPU seconds + 1) * 2 * this
     timeout_multiplier: float | None = None
+    # Functions left unmutated ("Class.method" or "function"): in the copy, their ``def`` gets mutmut's
+    # ``# pragma: no mutate block``, so mutmut neither mutates them nor replaces them with its trampoline (which
+    # runs the body as a function of another name: a ``__init__`` that calls Lightning's save_hyperparameters(),
+    # which reads the arguments from the frame of a function named ``__init__``, then saves none).
+    keep: tuple[str, ...] = ()
 
 
 # The modules of issue 21 and the tests that exercise them, in the order they are run.
@@ -88,7 +95,7 @@ MODULES: dict[str, Module] = {
     "sft_encode": Module(
         "src/attnkit/data/sft/encode.py", ("tests/data/test_sft_data.py", "tests/data/test_sft_encode_mutants.py")
     ),
-    "losses": Module("src/attnkit/nn/losses.py", ("tests/nn/test_losses.py",)),
+    "losses": Module("src/attnkit/nn/losses.py", ("tests/nn/test_losses.py", "tests/nn/test_losses_mutants.py")),
     "lmeval_model": Module(
         "src/attnkit/lmeval/model.py",
         (
@@ -120,6 +127,15 @@ MODULES: dict[str, Module] = {
         "src/attnkit/models/generation/options.py",
         ("tests/models/test_generation_options.py", "tests/models/test_generation_mutants.py"),
     ),
+    # Issue 34's one decoder: the logits processors and the batched Sampler, and the one parameters type.
+    "processors": Module(
+        "src/attnkit/models/generation/processors.py",
+        ("tests/models/test_sampler.py", "tests/models/test_sampler_hf.py"),
+    ),
+    "params": Module(
+        "src/attnkit/models/generation/params.py",
+        ("tests/models/test_sampling_params.py", "tests/models/test_sampler.py"),
+    ),
     # The engine in-process only: the tests of tests/serve that start an `attnkit serve` process take tens of
     # seconds each. A mutant that keeps a row decoding forever burns CPU until the timeout: 2 instead of 15
     # (CPU seconds, so other load on the machine does not make timeouts).
@@ -128,200 +144,18 @@ MODULES: dict[str, Module] = {
         ("tests/serve/test_engine.py", "tests/serve/test_engine_mutants.py"),
         timeout_multiplier=2.0,
     ),
-}
-
-# Surviving mutants that change nothing observable, with the reason (mutmut's names: module, function, number).
-EQUIVALENT: dict[str, str] = {
-    "attnkit.nn.masks.x__broadcastable__mutmut_2": "lengths always match: callers pass 4-D attention masks and key "
-    "padding masks whose dim() == 2 was checked first",
-    "attnkit.nn.masks.x_band_mask__mutmut_38": "|distance| instead of distance for causal masks: distance >= 0 is "
-    "already required there",
-    "attnkit.nn.masks.x_prepare_attention__mutmut_43": "distance left int64: multiplying by the float slopes "
-    "promotes it to their dtype anyway",
-    "attnkit.nn.masks.x_positions_from_padding_mask__mutmut_4": "cumsum over dim 1 is dim -1 of the documented "
-    "2-D [B, T] padding mask",
-}
-_A = "attnkit.nn.attention."
-_MHA, _KV = _A + "xǁMultiHeadAttentionǁ", _A + "xǁKVCacheǁ"
-_FOUR_D = "index 2 is index -2 of the documented 4-D [B, H, T, d] key/value tensors"
-_NO_BIAS = "the dtype only matters for an additive (ALiBi) mask, which this call never makes"
-_CAPACITY = "the cache's buffer size only (first capacity, growth factor, growing one step early): same values"
-EQUIVALENT |= {
-    _A + "x_attend__mutmut_116": "dropout with p = 0 is the identity",
-    _A + "x_attend__mutmut_121": "dropout with p = 0 is the identity",
-    _A + "x_attend__mutmut_128": "probs have v's dtype outside autocast; under autocast matmul casts both operands",
-    _A + "x_scaled_dot_product_attention__mutmut_49": "ok = None is as false as ok = False",
-    _A + "x_scaled_dot_product_attention__mutmut_60": _NO_BIAS,
-    _A + "x_scaled_dot_product_attention__mutmut_67": _NO_BIAS,
-    _MHA + "forward__mutmut_241": _NO_BIAS,
-    _MHA + "forward__mutmut_248": _NO_BIAS,
-    _MHA + "forward__mutmut_52": "_sizes[1] == _sizes[2] (both the key/value width)",
-    _MHA + "forward__mutmut_193": "rotary positions shifted by one without a cache: RoPE attention depends only on "
-    "relative positions",
-    _MHA + "forward__mutmut_217": _FOUR_D,
-    _MHA + "__init____mutmut_20": "range one longer: embed_dim + 1 never divides embed_dim",
-    _MHA + "__init____mutmut_49": "range one longer: num_heads + 1 never divides num_heads",
-    _MHA + "reset_parameters__mutmut_4": "split's default dim is 0",
-    _A + "x__grow__mutmut_7": _FOUR_D,
-    _KV + "set__mutmut_2": _FOUR_D,
-    _KV + "reorder__mutmut_1": "keys and values are always set together",
-    _KV + "append__mutmut_28": "keys and values are always set together",
-    **{_KV + f"append__mutmut_{i}": _FOUR_D for i in (2, 14, 24, 45, 55, 61, 70)},
-    **{_KV + f"append__mutmut_{i}": _CAPACITY for i in (37, 38, 60, 69)},
-}
-_P = "attnkit.nn.positional."
-_INT_RANGE = "an integer arange times a float gives the same float32 values"
-EQUIVALENT |= {
-    **{_P + f"x_sinusoidal_encoding__mutmut_{i}": _INT_RANGE for i in (5, 8, 17, 22)},
-    **{_P + f"x_rope_inv_freq__mutmut_{i}": "an arange of ints is int64 already" for i in (11, 16)},
-    _P + "xǁRotaryEmbeddingǁ__init____mutmut_47": "persistent=None is as false as persistent=False",
-    _P + "xǁSinusoidalPositionalEncodingǁ__init____mutmut_7": "persistent=None is as false as persistent=False",
-    _P + "xǁRotaryEmbeddingǁcos_sin__mutmut_2": "recomputing the frequencies without scaling gives the same ones",
-    _P + "xǁRotaryEmbeddingǁcos_sin__mutmut_10": "at seq_len == original, rope_inv_freq leaves the frequencies as "
-    "they are",
-    _P + "xǁRotaryEmbeddingǁforward__mutmut_20": "apply_rotary casts cos and sin to x's dtype anyway",
-    _P + "xǁRotaryEmbeddingǁforward__mutmut_22": "apply_rotary casts cos and sin to x's dtype anyway",
-    _P + "xǁLearnedPositionalEncodingǁforward__mutmut_16": "no positions: end 1 instead of 0 is still within max_len",
-    _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_16": "a table one row longer than needed: the same rows",
-    _P + "xǁSinusoidalPositionalEncodingǁforward__mutmut_17": "no positions: a one-row table, indexed by none",
-}
-_GEN = "attnkit.models.generation.sampling.x_"
-_INF = 'float("-INF") is float("-inf")'
-EQUIVALENT |= {
-    **{_GEN + f"{f}__mutmut_{i}": _INF for f, i in (("top_k_filter", 22), ("top_p_filter", 39), ("min_p_filter", 23))},
-    **{_GEN + f"sample_next_token__mutmut_{i}": "dim 1 is dim -1 of its [B, V] logits" for i in (17, 41, 51)},
-    _GEN + "top_k_filter__mutmut_10": "topk's default dim is -1",
-    _GEN + "top_p_filter__mutmut_8": "sort's default dim is -1",
-    _GEN + "top_k_filter__mutmut_1": "k equal to the vocabulary keeps every logit either way",
-    _GEN + "min_p_filter__mutmut_1": "min_p = 0 drops no probability (none is below 0)",
-    _GEN + "apply_repetition_penalty__mutmut_10": "a zero logit times or divided by the penalty is zero",
-    **{_GEN + f"left_pad__mutmut_{i}": "token ids (ints) make int64 tensors by default" for i in (4, 6, 23, 26)},
-}
-_G = "attnkit.data.splits.x_group_split__mutmut_"
-_SAME_GROUPS = "groups numbered otherwise (ranks of a list, float ranks, np.unique of strings): the same partition"
-_SORT = "ties ordered by numpy's default sort instead of the stable one: still largest first, deterministic in seed"
-EQUIVALENT |= {
-    **{_G + str(i): _SAME_GROUPS for i in (3, 4, 12, 16)},
-    **{_G + str(i): "a fraction of 1 or more is still refused, by the sum's check" for i in (30, 31)},
-    **{_G + str(i): "labels of zeros as floats: np.unique numbers them the same" for i in (40, 42)},
-    **{_G + str(i): _SORT for i in (114, 116, 121)},
-    **{_G + str(i): "part numbers as floats compare equal to the ints" for i in (128, 130)},
-    _G + "76": "an extra class column with no examples and a target of 0 changes no growth",
-    _G + "85": "counts and targets all doubled: every growth is 4 times larger, the same argmin",
-}
-
-_S = "attnkit.tuning.storage.x_"
-_UNREACHABLE = "attempt RACE_RETRIES returns or raises: a later attempt and the code after the loop are never reached"
-EQUIVALENT |= {
-    **{
-        _S + f"_check_url__mutmut_{i}": "the folder of an empty or :memory: SQLite database is '.', which exists"
-        for i in (13, 14, 15)
-    },
-    **{_S + f"_postgres_driver__mutmut_{i}": "hide_password=None is as false as hide_password=False" for i in (12, 21)},
-    **{_S + f"open_storage__mutmut_{i}": _UNREACHABLE for i in (8, 89, 90, 91)},
-    _S + "prepare_storage__mutmut_6": "check_version=None is as false as check_version=False",
-    _S + "prepare_storage__mutmut_9": "open_storage's create defaults to True",
-}
-
-_C = "attnkit.data.cache.x"
-_W, _ROWS, _TEXTS, _TC = _C + "ǁCacheWriterǁ", _C + "ǁCachedRowsǁ", _C + "ǁCachedTextsǁ", _C + "ǁTokenCacheǁ"
-_INT64 = "Python ints (and the lengths given) make int64 arrays by default, and _offsets writes int64 anyway"
-_READ_SIZE = "the bytes read in other chunks (or at once, or buffered): the same hash"
-_UTF8 = "codec names are case-insensitive: UTF-8 is utf-8"
-_IN_MEMORY = "offsets read into memory instead of memory-mapped: the same values (memory-mapping is promised for "
-"tokens and arrays only)"
-_CHECKED = "only another process's entry is opened with verify: it was checked whole by the open just before"
-EQUIVALENT |= {
-    **{_C + f"_content_digest__mutmut_{i}": _READ_SIZE for i in (21, 23, 24)},
-    **{
-        _C + f"_content_digest__mutmut_{i}": "another memo file name, still one per (path, size, mtime)" for i in (8, 9)
-    },
-    **{_C + f"_file_hash__mutmut_{i}": _READ_SIZE for i in (8, 11)},
-    _C + "_open_or_build__mutmut_20": "ours = None is as false as ours = False",
-    **{_C + f"_open_or_build__mutmut_{i}": _CHECKED for i in (21, 46)},
-    **{
-        _C + f"_reuse_entry__mutmut_{i}": "the manifest is written with sorted keys (write_json_atomic): its items "
-        "dump the same sorted or not"
-        for i in (18, 20, 22)
-    },
-    **{_W + f"add__mutmut_{i}": "astype's copy flag: the same bytes written" for i in (11, 13, 14)},
-    **{_W + f"add__mutmut_{i}": _INT64 for i in (17, 19)},
-    **{
-        _W + f"add_rows__mutmut_{i}": "fromiter's default float64 lengths or ids are cast back (to int64, to the "
-        "token dtype) by add: the same bytes"
-        for i in (3, 14)
-    },
-    **{_W + f"add_rows__mutmut_{i}": "fromiter's count only preallocates: the same array" for i in (7, 18)},
-    **{_W + f"finish__mutmut_{i}": _INT64 for i in (7, 9, 26, 28)},
-    _W + "add_texts__mutmut_12": _UTF8,
-    _TEXTS + "__iter____mutmut_16": _UTF8,
-    _TEXTS + "_get__mutmut_14": _UTF8,
-    **{
-        f"{cls}{fn}__mutmut_{i}": _IN_MEMORY
-        for cls, fn, i in (
-            (_ROWS, "__init__", 5),
-            (_ROWS, "__init__", 7),
-            (_ROWS, "__setstate__", 4),
-            (_ROWS, "__setstate__", 6),
-            (_TEXTS, "__init__", 4),
-            (_TEXTS, "__init__", 6),
-            (_TEXTS, "__setstate__", 4),
-            (_TEXTS, "__setstate__", 6),
-            (_TC, "offsets", 2),
-            (_TC, "offsets", 4),
-        )
-    },
-    _C + "ǁLazySequenceǁ_check__mutmut_8": "with no items every index is refused before the modulo",
-    _TC + "open__mutmut_27": 'problem = "" is as false as problem = None',
-}
-_E = "attnkit.serve.engine.xǁEngineǁ"
-_EMPTIED = "an empty batch's mask and pending tokens are replaced whole by the next prefill's (the cache is None)"
-EQUIVALENT |= {
-    **{_E + f"_fail_all__mutmut_{i}": _EMPTIED + "; stats' width is 0 either way" for i in (6, 8, 9)},
-    _E + "_step__mutmut_57": "the greedy argmax recomputed for each greedy request: the same tokens",
-    _E + "_step__mutmut_59": "dim 1 is dim -1 of the step's [B, V] logits",
-}
-# check_sampling moved from sampling.py to options.py (its penalty default was sampling's check_sampling__mutmut_1).
-EQUIVALENT["attnkit.models.generation.options.x_check_sampling__mutmut_2"] = (
-    "the default repetition penalty, 1 or 2, is valid either way (a penalty has no upper bound)"
-)
-EQUIVALENT["attnkit.training.preemption.xǁPreemptionCheckpointǁ__init____mutmut_2"] = (
-    "_sigusr1_received = None is as false as False (it is only tested for truth)"
-)
-_SFT = "attnkit.data.sft.encode."
-_FALSE_PROMPT = "add_generation_prompt=None for False: templates test it for truth, and None is as false"
-EQUIVALENT |= {
-    _SFT + "x__common_start__mutmut_12": "another halving point: with same < most, (same + most + 2) // 2 <= most "
-    "still, and the loop ends at the same longest common beginning",
-    _SFT + "x_assistant_spans__mutmut_15": _FALSE_PROMPT,
-    _SFT + "x_assistant_spans__mutmut_56": _FALSE_PROMPT,
-    _SFT + "x_encode_conversation__mutmut_8": _FALSE_PROMPT,
-    _SFT + "x_assistant_spans__mutmut_29": "add_generation_prompt=True is ChatTemplate.render's default",
-    **{
-        f"{_SFT}x_collate_examples__mutmut_{n}": "torch.full with an int fill value is int64 without a dtype"
-        for n in (7, 10, 14, 17)
-    },
-}
-
-_LCE = "attnkit.nn.losses.xǁ_LinearCrossEntropyǁ"
-_LAST_DIM = "dim 1 for -1 (or unsqueeze(1) of a 1-D tensor): the chunk's logits are 2-D [rows, V]"
-_AUTOGRAD_CAST = "autograd casts a returned gradient to its input's dtype (.to(None) keeps it float32)"
-_UNUSED_GRAD = "a gradient made, saved or returned for an input that does not require one: autograd drops it"
-_DEFAULT_F32 = "float32 is torch's default dtype; a float32 accumulator or count cast back to the input's dtype"
-EQUIVALENT |= {
-    **{_LCE + f"backward__mutmut_{n}": _AUTOGRAD_CAST for n in (7, 11, 16)},
-    **{_LCE + f"backward__mutmut_{n}": _UNUSED_GRAD for n in (5, 10)},
-    **{_LCE + f"forward__mutmut_{n}": _UNUSED_GRAD for n in (27, 32, 42, 187, 190, 193)},
-    **{_LCE + f"forward__mutmut_{n}": _LAST_DIM for n in (58, 124, 132, 134, 138, 146, 148, 162, 170)},
-    **{_LCE + f"forward__mutmut_{n}": _DEFAULT_F32 for n in (34, 37, 44, 47, 54, 55)},
-    _LCE + "forward__mutmut_4": "needs_input_grad[:4] adds the targets' flag, always False (integer targets)",
-    _LCE + "forward__mutmut_14": "the loss's 0-dim accumulator made on the CPU: a 0-dim CPU tensor combines with "
-    "any device as a scalar (the meta-device test passes), the loss still comes out on the inputs' device",
-    _LCE + "forward__mutmut_17": "the loss's 0-dim accumulator made on the CPU (see forward__mutmut_14)",
-    _LCE + "forward__mutmut_89": "`or` for `and`: mixed float32/bfloat16 inputs fail in torch.mm as they fail in "
-    "F.linear (inputs of one dtype take the same branch either way)",
-    _LCE + "forward__mutmut_176": "grad_hidden in weight's dtype: hidden and weight must share a dtype (mm/linear)",
-    _LCE + "forward__mutmut_214": 'float("NAN") is float("nan")',
+    # The gradient accumulation of training/module.py (training_step's summed loss, on_before_optimizer_step's
+    # scale): run it with --only on those functions. TaskModule.__init__ is kept unmutated (see Module.keep).
+    "accumulation": Module(
+        "src/attnkit/training/module.py", ("tests/training/test_accumulate.py",), keep=("TaskModule.__init__",)
+    ),
+    # The SIGTERM watchdog of multi-process runs: test_watchdog.py's cases run in processes of their own (real
+    # signals, a real exit; about a second each); test_watchdog_mutants.py's in this one (a real signal to the
+    # test process, os._exit stood in for). Every wait in them is bounded: mutmut's timeout counts CPU seconds.
+    "watchdog": Module(
+        "src/attnkit/training/watchdog.py",
+        ("tests/training/test_watchdog.py", "tests/training/test_watchdog_mutants.py"),
+    ),
 }
 
 # mutmut's statuses (mutmut.stats.status_by_exit_code) that count as a kill here.
@@ -347,6 +181,8 @@ def unpack(module: Module, rev: str | None, dest: Path) -> None:
         ).stdout
         with tarfile.open(fileobj=BytesIO(archive)) as tar:
             tar.extractall(dest, filter="data")
+    if module.keep:
+        _keep_unmutated(dest / module.path, module.keep)
     # mutmut copies src/ to mutants/src/ only after it started; made now, so that the PYTHONPATH entry that
     # points there is not cached as missing (the checkout's src/, on sys.path by the editable install, would win).
     (dest / "mutants" / "src").mkdir(parents=True)
@@ -368,6 +204,40 @@ def unpack(module: Module, rev: str | None, dest: Path) -> None:
         config["timeout_multiplier"] = module.timeout_multiplier
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in config.items()]
     pyproject.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+
+
+def _keep_unmutated(path: Path, names: tuple[str, ...]) -> None:
+    """Mark the functions ``names`` of ``path`` (a copy) ``# pragma: no mutate block`` (see :attr:`Module.keep`)."""
+    import libcst as cst
+
+    class Keep(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.scope: list[str] = []
+            self.found: set[str] = set()
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            self.scope.append(node.name.value)
+
+        def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+            self.scope.pop()
+            return updated
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.scope.append(node.name.value)
+
+        def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+            name = ".".join(self.scope)
+            self.scope.pop()
+            if name not in names or not isinstance(updated.body, cst.IndentedBlock):
+                return updated
+            self.found.add(name)
+            header = cst.TrailingWhitespace(cst.SimpleWhitespace("  "), cst.Comment("# pragma: no mutate block"))
+            return updated.with_changes(body=updated.body.with_changes(header=header))
+
+    keep = Keep()
+    path.write_text(cst.parse_module(path.read_text()).visit(keep).code)
+    if missing := sorted(set(names) - keep.found):
+        raise SystemExit(f"{path}: no function {', '.join(missing)} to keep unmutated")
 
 
 def mutmut(args: list[str], cwd: Path, log: Path | None = None) -> subprocess.CompletedProcess[str]:
