@@ -123,7 +123,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         for _ in range(3):  # another process may take the free port before the server binds it
             server.port = _free_port()
-            options = f"-k {folder} -h 127.0.0.1 -p {server.port} -c fsync=off -c max_connections=50"
+            options = f"-k {folder} -h 127.0.0.1 -p {server.port} -c fsync=off -c max_connections=200"
             started = server.pg_ctl("-o", options, "-l", str(folder / "server.log"), "-w", "-t", "60", "start")
             if started.returncode == 0:
                 break

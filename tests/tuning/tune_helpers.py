@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import optuna
+from sqlalchemy.pool import NullPool
 
 T = TypeVar("T")
 
@@ -57,7 +58,12 @@ def cli(*args: str, check: bool = True, timeout: float = 900) -> subprocess.Comp
 def load(db: Path | str, name: str) -> optuna.Study:
     """A study of an existing storage (a SQLite file or a URL); creates nothing, waits for SQLite's lock."""
     url = str(db) if "://" in str(db) else f"sqlite:///{db}"
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    # NullPool: each query's connection is closed at once. A pooled one stays open until the engine is
+    # collected, and a test polling a PostgreSQL study (wait_until) on a slow machine made enough of them to
+    # reach the server's max_connections ("too many clients already"), failing the tune processes' commits.
+    kwargs: dict[str, object] = {"poolclass": NullPool}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 60}
     storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=True)
     return optuna.load_study(study_name=name, storage=storage)
 
