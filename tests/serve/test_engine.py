@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from attnkit.models.generation import SamplingError
 from attnkit.serve import Engine, Failed, Finished, Piece, SamplingParams
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
@@ -295,22 +296,24 @@ BAD_SEED = 666
 
 
 def failing_sampler(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
-    """Make the engine's sampling raise for the request seeded ``BAD_SEED``, at its ``at_call``-th draw
-    (1: in the prefill), as a bug or bad value of that one request would."""
-    import attnkit.serve.engine as engine_module
+    """Make the draws of the request seeded ``BAD_SEED`` raise from its ``at_call``-th draw on (1: in the
+    prefill), as a bad value of that one request would (a NaN probability: every later try raises too).
 
-    real = engine_module.sample_next_token
-    calls = {"n": 0}
+    The draw is ``torch.multinomial`` inside the batched :meth:`Sampler.choose`, one per generator: the rows of
+    requests drawn before the bad one have drawn already when it raises, so the engine must set their
+    generators back before choosing each request alone."""
+    real = torch.multinomial
+    drawn = {"n": 0}
 
-    def sample(logits: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    def multinomial(probs: torch.Tensor, num_samples: int, *args: Any, **kwargs: Any) -> torch.Tensor:
         generator = kwargs.get("generator")
         if generator is not None and generator.initial_seed() == BAD_SEED:
-            calls["n"] += 1
-            if calls["n"] == at_call:
+            if drawn["n"] == at_call - 1:
                 raise RuntimeError("probability tensor contains either inf, nan or element < 0")
-        return real(logits, **kwargs)
+            drawn["n"] += 1
+        return real(probs, num_samples, *args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "sample_next_token", sample)
+    monkeypatch.setattr(torch, "multinomial", multinomial)
 
 
 @pytest.mark.parametrize("at_call", [1, 4])  # in the shared prefill, and mid-decode
@@ -370,16 +373,17 @@ def test_a_prefill_that_fails_because_of_one_request_fails_only_that_request(pre
 
 
 def test_sampling_options_are_refused_naming_the_field(engine: Engine) -> None:
-    """The engine's own check is the shared one: a seed past 2**64, a temperature that would overflow the
-    logits, a prompt id outside the vocabulary are refused before the request is queued."""
-    with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 2\*\*64\).*got 18446744073709551616"):
-        engine.check([1, 2], SamplingParams(seed=2**64))
-    with pytest.raises(ValueError, match=r"^temperature must be .*>= 0.01.*got 1.7e-39"):
-        engine.check([1, 2], SamplingParams(temperature=1.7e-39))
-    with pytest.raises(ValueError, match=r"^max_tokens must be an int in \[1, "):
-        engine.check([1, 2], SamplingParams(max_tokens=0))
+    """The engine's parameters are the one SamplingParams, checked when made: a seed past 2**64 or a temperature
+    that would overflow the logits never reach the engine; what depends on the engine (max_tokens 0 without the
+    prompt's log-probabilities, a prompt id outside the vocabulary) is refused by submit before it is queued."""
+    with pytest.raises(SamplingError, match=r"^seed must be an integer in \[0, 2\*\*64\).*got 18446744073709551616"):
+        SamplingParams(seed=2**64)
+    with pytest.raises(SamplingError, match=r"^temperature must be .*>= 0.01.*got 1.7e-39"):
+        SamplingParams(temperature=1.7e-39)
+    with pytest.raises(SamplingError, match=r"^max_tokens must be an int in \[1, "):
+        engine.submit([1, 2], SamplingParams(max_tokens=0), Collector())
     with pytest.raises(ValueError, match="prompt token ids must be ints in"):
-        engine.check([1, 10**6], SamplingParams())
+        engine.submit([1, 10**6], SamplingParams(), Collector())
     assert engine.stats()["waiting"] == 0
 
 

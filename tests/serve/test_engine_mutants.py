@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from test_engine import BAD_SEED, GREEDY, PROMPTS, Collector, failing_sampler, failure, run, wait_until
 
+from attnkit.models.generation import SamplingError
 from attnkit.nn import DecoderCache
 from attnkit.serve import Engine, Finished, SamplingParams
 
@@ -202,20 +203,30 @@ def test_a_request_done_at_its_first_token_leaves_before_any_decoding_step_and_s
 
 
 def test_check_takes_each_edge_and_refuses_past_it_saying_what_was_wrong(pretrained: Any) -> None:
-    """Engine.check at the edges: n up to max_batch (an int, never a bool), stop a tuple of non-empty
-    strings, a prompt of context - 1 tokens at most, ids in [0, vocab) (never bools), top_p checked too."""
+    """Engine.check at the edges of what depends on the engine (the options themselves are checked when the
+    SamplingParams is made): n up to max_batch, token ids of logit_bias and stop_ids in the vocabulary,
+    max_tokens 0 only with the prompt's log-probabilities, a prompt of context - 1 tokens at most, ids in
+    [0, vocab) (never bools); each refusal a SamplingError naming its field where it is an option."""
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=2, context=8)  # not started: check only
     vocab = pretrained.model.config.vocab_size
     engine.check([0, vocab - 1, 5, 6, 7, 8, 9], SamplingParams(n=2, stop=("a", "bc")))
-    for n in (True, 2.0, 3, 0):
-        with pytest.raises(ValueError, match=rf"^n must be in \[1, 2\] \(the server's --max-batch\), got {n!r}$"):
-            engine.check([1], SamplingParams(n=n))  # type: ignore[arg-type]  # wrong on purpose
-    for stop in ("ab", ("",), ("a", 1)):
-        with pytest.raises(ValueError) as err:
-            engine.check([1], SamplingParams(stop=stop))  # type: ignore[arg-type]  # wrong on purpose
-        assert str(err.value) == f"stop must be a tuple of non-empty strings, got {stop!r}"
-    with pytest.raises(ValueError, match=r"^top_p must be None or a number in \(0, 1\], got 0$"):
-        engine.check([1], SamplingParams(top_p=0))
+    with pytest.raises(SamplingError, match=r"^n must be in \[1, 2\] \(the server's --max-batch\), got 3$") as err:
+        engine.check([1], SamplingParams(n=3))
+    assert err.value.field == "n"
+    engine.check([1], SamplingParams(logit_bias={vocab - 1: 5.0}, stop_ids=(vocab - 1,)))
+    for name, params in (
+        ("logit_bias", SamplingParams(logit_bias={vocab: 5.0})),
+        ("stop_ids", SamplingParams(stop_ids=(0, vocab))),
+    ):
+        with pytest.raises(SamplingError, match=rf"^{name}: token id {vocab} is past the vocabulary") as err:
+            engine.check([1], params)
+        assert err.value.field == name
+    with pytest.raises(SamplingError, match=r"^max_tokens must be an int in \[1, .*0 only with .*got 0$") as err:
+        engine.check([1], SamplingParams(max_tokens=0))
+    assert err.value.field == "max_tokens"
+    engine.check([1], SamplingParams(max_tokens=0), prompt_logprobs=True)
+    with pytest.raises(TypeError, match=r"^params must be an attnkit\.models\.generation\.SamplingParams, got dict$"):
+        engine.check([1], {"max_tokens": 3})  # type: ignore[arg-type]  # wrong on purpose
     with pytest.raises(ValueError) as err:
         engine.check([], SamplingParams())
     assert str(err.value) == "the prompt has no tokens"

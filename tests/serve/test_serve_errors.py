@@ -47,7 +47,8 @@ def test_prompt_longer_than_the_context_is_400(server: Server) -> None:
         ("top_p", 0),
         ("top_p", 1.5),
         ("n", 0),
-        ("n", 17),
+        ("n", 33),  # past the server's --max-batch 32
+        ("n", 1.5),
         ("max_tokens", 0),
         ("stop", ["a", "b", "c", "d", "e"]),
         ("stop", [""]),

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,8 @@ import torch
 
 from attnkit.api.models import load_model
 from attnkit.interop import Pretrained
-from attnkit.models.generation import check_sampling
+from attnkit.models.generation import SamplingParams, check_max_tokens
+from attnkit.text.generate import sampling_params
 
 __all__ = ["ChatSession", "Reply"]
 
@@ -29,45 +30,55 @@ class Reply:
     dropped: int = 0
 
 
-@dataclass
 class ChatSession:
     """A conversation with ``model``: the history of its turns, an optional ``system`` message, and the
-    generation options of every reply (``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``,
-    ``min_p``, ``repetition_penalty``, ``seed`` as ``attnkit generate`` takes them).
+    sampling options of every reply: one :class:`~attnkit.models.generation.SamplingParams` (``params``),
+    and/or its fields as keywords over it (``max_new_tokens`` is ``max_tokens``, 256 by default; e.g.
+    ``temperature``, ``top_p``, ``presence_penalty``, ``stop``, ``seed``), as ``attnkit chat`` takes them.
+    A reply ends at the model's end of turn, a ``stop`` string or ``max_tokens`` (>= 1).
 
-    When the conversation and room for the reply (``reserve`` tokens, default ``min(max_new_tokens,
+    When the conversation and room for the reply (``reserve`` tokens, default ``min(max_tokens,
     context / 4)``) outgrow the context, the oldest turns are dropped (the system message is kept) and
-    the :class:`Reply` says how many messages went. The options are checked first
-    (:func:`attnkit.models.generation.check_sampling`: a ``ValueError`` naming the option).
+    the :class:`Reply` says how many messages went. The options are checked first (a
+    :class:`~attnkit.models.generation.SamplingError`, a ``ValueError`` naming the field). A seeded session
+    draws every reply from one generator (seeded once; :meth:`reset` seeds it again).
     """
 
-    model: Pretrained
-    system: str | None = None
-    max_new_tokens: int = 256
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    repetition_penalty: float = 1.0
-    seed: int | None = None
-    reserve: int | None = None
-    history: list[dict[str, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        check_sampling(
-            self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty,
-            seed=self.seed, max_tokens=self.max_new_tokens, max_tokens_field="max_new_tokens", min_tokens=1,
-        )  # fmt: skip
-        if isinstance(self.model, str | Path):
-            self.model = load_model(self.model)
+    def __init__(
+        self,
+        model: Pretrained | str | Path,
+        system: str | None = None,
+        params: SamplingParams | None = None,
+        *,
+        reserve: int | None = None,
+        history: list[dict[str, str]] | None = None,
+        **options: Any,
+    ) -> None:
+        self.params = sampling_params(params, options, max_tokens=256)
+        check_max_tokens(self.params.max_tokens, minimum=1, optional=False)  # a reply has at least one token
+        self.system = system
+        self.reserve = reserve
+        self.history: list[dict[str, str]] = list(history or [])
+        self.model = load_model(model) if isinstance(model, str | Path) else model
         self.model.encode_chat([{"role": "user", "content": "hi"}])  # not a chat model: fail before the first turn
-        self._generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
+        self._generator = self._new_generator()
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The most tokens of a reply (``params.max_tokens``)."""
+        assert self.params.max_tokens is not None
+        return self.params.max_tokens
+
+    def _new_generator(self) -> torch.Generator | None:
+        if self.params.seed is None:
+            return None
+        device = next(self.model.model.parameters()).device
+        return torch.Generator(device=device).manual_seed(self.params.seed)
 
     def reset(self) -> None:
         """Forget the conversation (the system message stays; a seeded session starts its seed again)."""
         self.history.clear()
-        if self.seed is not None:
-            self._generator = torch.Generator().manual_seed(self.seed)
+        self._generator = self._new_generator()
 
     def messages(self) -> list[dict[str, str]]:
         """The conversation as the chat template receives it: the system message, then the turns."""
@@ -81,19 +92,12 @@ class ChatSession:
         and add it to the history. A message that does not fit the context even alone is a
         :class:`ValueError`, and the history is left as it was."""
         history, dropped = self._fit([*self.history, {"role": "user", "content": text}])
-        answer = self.model.chat(self._with_system(history), self.max_new_tokens, on_text=on_text, **self._options())
+        answer = self.model.chat(
+            self._with_system(history), self.max_new_tokens, on_text=on_text, params=self.params,
+            generator=self._generator,
+        )  # fmt: skip
         self.history[:] = [*history, {"role": "assistant", "content": answer}]
         return Reply(answer, dropped)
-
-    def _options(self) -> dict[str, Any]:
-        return dict(
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            generator=self._generator,
-        )
 
     def _fit(self, history: list[dict[str, str]]) -> tuple[list[dict[str, str]], int]:
         """``history`` without its oldest turns, so that it leaves room for the reply; and how many went."""

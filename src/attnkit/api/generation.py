@@ -4,63 +4,46 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from attnkit.data.readers.lines import read_lines
-from attnkit.models.generation import check_sampling
+from attnkit.models.generation import FIELDS, SamplingError, SamplingParams, field_doc
 from attnkit.tasks.lm import generate_from_run
 from attnkit.tasks.translate import translate_run
+from attnkit.text.generate import sampling_params
 
-__all__ = ["generate", "read_lines", "translate"]
+__all__ = ["FIELDS", "SamplingError", "SamplingParams", "field_doc", "generate", "read_lines", "translate"]
 
 
 def generate(
     run: str | Path,
     prompt: str | Sequence[str] = "",
+    params: SamplingParams | None = None,
     *,
-    max_new_tokens: int = 200,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repetition_penalty: float = 1.0,
-    stop: Sequence[str] | None = None,
-    seed: int | None = None,
     num_samples: int = 1,
     batch_size: int = 8,
     write: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> list[str]:
     """Texts that continue ``prompt`` with the model and tokenizer of a trained ``lm`` run (folder or
     checkpoint file); each text is the prompt followed by its continuation.
 
     ``prompt``: one text (``num_samples`` samples, one after the other; with ``write`` each is
     streamed as it is generated: the prompt, every new piece, then ``"\\n"``) or a list of texts
-    (``num_samples`` each, generated in batches of ``batch_size``). ``temperature`` 0 is greedy;
-    ``top_k``, ``top_p`` and ``min_p`` restrict the sampled tokens, ``repetition_penalty`` > 1
-    discourages repeats, a text stops at any of the ``stop`` strings (cut before it), and ``seed``
-    makes the sampling reproducible. See :func:`attnkit.tasks.lm.generate_text`.
+    (``num_samples`` each, generated in batches of ``batch_size``).
 
-    The options are checked first (:func:`attnkit.models.generation.check_sampling`: a ``ValueError``
-    naming the option), before the run is loaded or anything is written.
+    The sampling options are one :class:`~attnkit.models.generation.SamplingParams` (``params``) and/or
+    its fields as keywords over it (``max_new_tokens`` is ``max_tokens``, 200 by default): ``temperature``
+    0 is greedy; ``top_k``, ``top_p`` and ``min_p`` restrict the sampled tokens, ``repetition_penalty`` > 1
+    and the ``presence_penalty`` / ``frequency_penalty`` discourage repeats, ``logit_bias`` shifts tokens,
+    a text stops at any of the ``stop`` strings (cut before it), and ``seed`` makes the sampling
+    reproducible. See :func:`attnkit.tasks.lm.generate_text`.
+
+    The options are checked first (a :class:`~attnkit.models.generation.SamplingError`, a ``ValueError``
+    naming the field), before the run is loaded or anything is written.
     """
-    check_sampling(
-        temperature, top_k, top_p, min_p, repetition_penalty,
-        seed=seed, max_tokens=max_new_tokens, max_tokens_field="max_new_tokens",
-    )  # fmt: skip
-    return generate_from_run(
-        run,
-        prompt,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
-        stop=list(stop or []),
-        seed=seed,
-        num_samples=num_samples,
-        batch_size=batch_size,
-        write=write,
-    )
+    params = sampling_params(params, options, max_tokens=200)
+    return generate_from_run(run, prompt, params, num_samples=num_samples, batch_size=batch_size, write=write)
 
 
 def translate(

@@ -18,6 +18,7 @@ def serve(
     port: int = 8000,
     api_key: str | None = None,
     max_batch: int = 32,
+    prefix_cache_mb: int = 256,
     model_name: str | None = None,
     limits: ServeLimits | None = None,
     on_ready: Callable[[str], None] | None = None,
@@ -30,7 +31,8 @@ def serve(
     address, requests whose ``Host`` header is not a loopback name are refused (421), so that web pages of
     other sites cannot drive the server. ``api_key`` (default: the ``ATTNKIT_API_KEY`` environment variable,
     which ``ps`` does not show): every request but ``GET /health`` without ``Authorization: Bearer KEY``
-    gets 401. ``max_batch``: the most sequences decoded together. ``model_name``: the model's name in the
+    gets 401. ``max_batch``: the most sequences decoded together. ``prefix_cache_mb``: memory for the keys and values
+    of shared prompt prefixes (0: no prefix cache). ``model_name``: the model's name in the
     API (default: the folder's name). ``limits``: :class:`attnkit.serve.ServeLimits` (request size, prompts,
     characters, queue, ``max_tokens``; default: its defaults). ``on_ready`` receives the URL once the socket
     listens (with the real port)."""
@@ -49,6 +51,7 @@ def serve(
         model_name=model_name,
         api_key=api_key or None,
         max_batch=max_batch,
+        prefix_cache_mb=prefix_cache_mb,
         limits=limits,
         local_only=is_loopback(host),
     )

@@ -3,32 +3,24 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from attnkit import api
-from attnkit.cli.common import USER_ERRORS, fail, main, sampling_options, warn
+from attnkit.cli.common import USER_ERRORS, SamplingCommand, fail, flag_message, main, warn
 from attnkit.config import UserPath
+
+if TYPE_CHECKING:
+    from attnkit.api.generation import SamplingParams
 
 COMMANDS = "/reset forgets the conversation, /exit (or end of input) leaves"
 
 
-@main.command()
+@main.command(cls=SamplingCommand, max_tokens=256)
 @click.argument("run", type=UserPath())
 @click.option("--system", help="A system message that starts the conversation (kept when old turns are dropped).")
-@click.option("--max-new-tokens", default=256, show_default=True, type=click.IntRange(min=1), help="Reply length cap.")
-@sampling_options
-def chat(
-    run: str,
-    system: str | None,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    repetition_penalty: float,
-    seed: int | None,
-) -> None:
+def chat(run: str, system: str | None, params: SamplingParams) -> None:
     """Chat with RUN: an lm run, an attnkit model folder or a Hugging Face folder of a decoder.
 
     Each line you type is a message; the reply is printed as it is generated, and the conversation
@@ -41,22 +33,15 @@ def chat(
     \b
       attnkit chat models/smollm2-instruct --system "Answer briefly." --temperature 0
       printf 'Hi\\nWhat is 2+2?\\n' | attnkit chat RUN --temperature 0
+
+    The sampling flags are the fields of attnkit's one SamplingParams, as ``attnkit generate`` takes them;
+    --max-new-tokens caps a reply (at least 1).
     """
     interactive = sys.stdin.isatty()
     try:
-        session = api.ChatSession(
-            api.load_model(run),
-            system=system,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            repetition_penalty=repetition_penalty,
-            seed=seed,
-        )
+        session = api.ChatSession(run, system=system, params=params)  # checks params.max_tokens >= 1 first
     except USER_ERRORS as err:
-        fail(err)
+        fail(ValueError(flag_message(err)))  # --max-new-tokens 0: named as its flag
     if interactive:
         click.secho(f"chatting with {run} ({COMMANDS})", fg="cyan", err=True)
     while True:

@@ -5,23 +5,24 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from attnkit import api
-from attnkit.cli.common import USER_ERRORS, fail, main, sampling_options, warn
+from attnkit.cli.common import USER_ERRORS, SamplingCommand, fail, main, warn
 from attnkit.config import UserPath
 
+if TYPE_CHECKING:
+    from attnkit.api.generation import SamplingParams
 
-@main.command()
+
+@main.command(cls=SamplingCommand, max_tokens=200)
 @click.argument("run", type=UserPath())
 @click.option("--prompt", default="", help="Text to continue (default: empty, i.e. a new document).")
 @click.option("--file", "input_file", type=UserPath(dir_okay=False), help="Continue every line ('-': stdin).")
 @click.option("--out", "output_file", type=UserPath(dir_okay=False), help="With --file: write the texts here.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Prompts per batch.")
-@click.option("--max-new-tokens", default=200, show_default=True, type=click.IntRange(min=0), help="Tokens to add.")
-@sampling_options
-@click.option("--stop", multiple=True, help="Stop a text at this string (cut before it); repeatable.")
 @click.option("--num-samples", default=1, show_default=True, type=click.IntRange(min=1), help="Texts per prompt.")
 def generate(
     run: str,
@@ -29,15 +30,8 @@ def generate(
     input_file: str | None,
     output_file: str | None,
     batch_size: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    repetition_penalty: float,
-    stop: tuple[str, ...],
-    seed: int | None,
     num_samples: int,
+    params: SamplingParams,
 ) -> None:
     """Generate text with an lm RUN (a run folder or checkpoint file), printed as it comes.
 
@@ -48,16 +42,16 @@ def generate(
       attnkit generate runs/lm/20261122-101500 --prompt "The old owl" --seed 1
       attnkit generate RUN --temperature 0 --max-new-tokens 50     # greedy, from an empty prompt
       attnkit generate RUN --file prompts.txt --out texts.txt --batch-size 16 --stop "."
+
+    The sampling flags are the fields of attnkit's one SamplingParams (the server's request takes the
+    same): each flag's help says what it does.
     """
 
     def write(text: str) -> None:
         click.echo(text, nl=False)
         sys.stdout.flush()
 
-    generate_with = functools.partial(
-        api.generate, run, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        min_p=min_p, repetition_penalty=repetition_penalty, stop=list(stop), seed=seed, num_samples=num_samples,
-    )  # fmt: skip
+    generate_with = functools.partial(api.generate, run, params=params, num_samples=num_samples)
     try:
         if output_file is not None and input_file is None:
             raise ValueError("--out goes with --file (a single --prompt is printed as it is generated)")

@@ -39,10 +39,25 @@ def limit_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option(
     "--max-batch", default=32, show_default=True, type=click.IntRange(min=1), help="Most sequences decoded at once."
 )
+@click.option(
+    "--prefix-cache-mb",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="MiB kept of the keys and values of prompt prefixes (a system prompt, few-shot examples, a chat's "
+    "history) that later requests starting the same way reuse instead of prefilling again; 0: off.",
+)
 @click.option("--model-name", help="The model's name in the API (default: the folder's name).")
 @limit_options
 def serve(
-    run: str, host: str, port: int, api_key: str | None, max_batch: int, model_name: str | None, **limits: int
+    run: str,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_batch: int,
+    prefix_cache_mb: int,
+    model_name: str | None,
+    **limits: int,
 ) -> None:
     """Serve RUN (an attnkit run, an attnkit model folder or a Hugging Face folder) with an
     OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions (streamed with
@@ -65,7 +80,8 @@ def serve(
         fail(ValueError(err.errors()[0]["msg"].removeprefix("Value error, ")))
     try:
         api.serve(
-            run, host=host, port=port, api_key=api_key, max_batch=max_batch, model_name=model_name,
+            run, host=host, port=port, api_key=api_key, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb,
+            model_name=model_name,
             limits=checked, on_ready=ready,
         )  # fmt: skip
     except (*USER_ERRORS, ImportError) as err:

@@ -24,9 +24,8 @@ from attnkit.text.chat import ChatTemplate, encode_chat, eos_token_ids, read_gen
 from attnkit.text.chat import stop_ids as chat_stop_ids
 from attnkit.text.chat import stop_strings as chat_stop_strings
 from attnkit.text.framing import prompt_ids
+from attnkit.text.generate import generate_texts, sampling_params
 from attnkit.text.pretrained_tokenizer import tokenizer_from_folder
-from attnkit.text.stops import StopText
-from attnkit.text.streaming import StreamDecoder
 from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 
 __all__ = [
@@ -162,8 +161,11 @@ class Pretrained:
         return str(self._tok().decode(list(ids)))
 
     def generate(self, prompt: str, max_new_tokens: int = 20, **kwargs: Any) -> str:
-        """The text a decoder writes after ``prompt`` (greedy by default: ``temperature=0``;
-        other keyword arguments as :meth:`LanguageModel.generate`). An empty prompt starts from BOS."""
+        """The text a decoder writes after ``prompt`` (greedy by default: ``temperature=0``). The keyword
+        arguments are the sampling options: a :class:`~attnkit.models.generation.SamplingParams` ``params``
+        and/or its fields by name (``top_p=0.9``, ``seed=1``, ``stop=["."]``...), and ``generator``,
+        ``stop_ids``, ``stop_strings`` (more stops), ``num_beams``, ``length_penalty`` (beam search). An empty
+        prompt starts from BOS."""
         return self._continue(self.encode_prompt(prompt), max_new_tokens, kwargs, self.eos_ids, [])
 
     def chat(
@@ -176,8 +178,9 @@ class Pretrained:
     ) -> str:
         """The decoder's reply to ``messages`` (see :meth:`encode_chat`): generated until an end-of-turn
         (:attr:`stop_ids`, :attr:`stop_strings`) or ``max_new_tokens``; greedy by default
-        (``temperature=0``; other keyword arguments as :meth:`LanguageModel.generate`, e.g. ``top_p``,
-        ``generator``). ``on_text`` receives the reply piece by piece as it is generated. A conversation
+        (``temperature=0``; the keyword arguments are the sampling options, as :meth:`generate` takes them,
+        e.g. ``top_p``, ``seed``, ``params``, ``generator``). ``on_text`` receives the reply piece by piece as
+        it is generated. A conversation
         that does not fit the context with room for one new token is a :class:`ValueError`."""
         ids = self.encode_chat(messages)
         if len(ids) >= self.context:
@@ -196,45 +199,26 @@ class Pretrained:
         texts: list[str],
         on_text: Callable[[str], None] | None = None,
     ) -> str:
-        """The text generated after ``ids``, cut at the first of the stop ids ``ends`` or stop strings
-        ``texts`` (with those given in ``options``)."""
-        tok = self._text_tokenizer()
+        """The text generated after ``ids`` (:func:`attnkit.text.generate.generate_texts`), cut at the first of
+        the stop ids ``ends`` or stop strings ``texts`` (with those given in ``options``).
+
+        ``options``: the sampling options, one :class:`~attnkit.models.generation.SamplingParams` (``params``)
+        and/or its fields by name over it (greedy by default: ``temperature=0``); ``stop_strings`` and
+        ``stop_ids`` (more stops); ``generator``; ``num_beams`` and ``length_penalty`` (beam search)."""
         options = dict(options)
-        options.setdefault("temperature", 0.0)
-        stops = [*texts, *(options.pop("stop_strings", None) or [])]
-        stop_ids = sorted({*ends, *(options.pop("stop_ids", None) or [])})
-        text = StopText(stops)
-        if options.get("num_beams", 1) != 1:  # beam search: the best hypothesis, cut at its first stop id
-            new = self._lm().generate(torch.tensor([ids]), max_new_tokens, **options)[0, len(ids) :].tolist()
-            end = next((i for i, t in enumerate(new) if t in stop_ids), len(new))
-            return text.flush(tok.decode(new[:end]))
-        stream = StreamDecoder(tok)
-        pieces: list[str] = []
-        ended = False
-
-        def emit(piece: str) -> None:
-            pieces.append(piece)
-            if on_text is not None and piece:
-                on_text(piece)
-
-        def on_token(token: Tensor) -> None:
-            nonlocal ended
-            token_id = int(token[0])
-            ended = ended or token_id in stop_ids  # a stop id ends the text; after it come only pads
-            if not ended:
-                emit(text.add(stream.push(token_id))[0])
-
-        self._lm().generate(
-            torch.tensor([ids]),
-            max_new_tokens,
-            stop_ids=stop_ids,
-            stop_strings=stops or None,
-            decode=tok.decode if stops else None,
-            on_token=on_token,
-            **options,
-        )
-        emit(text.flush(stream.flush()))  # bytes held back for an unfinished character, held-back text
-        return "".join(pieces)
+        generator = options.pop("generator", None)
+        beams = {k: options.pop(k) for k in ("num_beams", "length_penalty") if k in options}
+        stop_ids = [*ends, *(options.pop("stop_ids", None) or [])]
+        extra = list(options.pop("stop_strings", None) or [])
+        params = sampling_params(options.pop("params", None), options, temperature=0.0)
+        stops = tuple(dict.fromkeys([*texts, *params.stop, *extra]))
+        params = params.replace(max_tokens=max_new_tokens, stop=stops)
+        stream = None if on_text is None else (lambda _row, piece, out=on_text: out(piece))
+        (text,) = generate_texts(
+            self._lm(), self._text_tokenizer(), [ids], params, generator=generator, stop_ids=stop_ids,
+            on_text=stream, **beams,
+        )  # fmt: skip
+        return text
 
 
 def load_pretrained(path: str | Path) -> Pretrained:

@@ -12,8 +12,10 @@
   a token never attends to the padding after it, so padding changes no result;
 - ``loglikelihood_rolling``: lm_eval's disjoint rolling windows of the model's context;
 - ``generate_until``: greedy (or sampling with ``do_sample=True``) with attnkit's batched generation of
-  left-padded prompts, cut at the first ``until`` string or the EOS; at most ``max_gen_toks`` new tokens
-  (a task's, else the model's default of 256), the prompt cut on the left to the context less those.
+  left-padded prompts, cut at the first ``until`` string or the EOS (the gen_kwargs become one
+  ``SamplingParams``; the text comes from :func:`attnkit.text.generate.generate_texts`, the one text path);
+  at most ``max_gen_toks`` new tokens (a task's, else the model's default of 256), the prompt cut on the left
+  to the context less those.
   Where HFLM stops with an assertion when ``max_gen_toks`` leaves no room for a prompt: a
   ``max_gen_toks`` that was asked for is a ``ValueError`` that says how to set a smaller one; the
   default, on a model whose context is 256 tokens or less, becomes half the context (with a warning).
@@ -34,16 +36,22 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
+from attnkit.models.generation import SamplingParams
 from attnkit.tasks import load_model
 from attnkit.text.framing import body_ids, document_bounds
+from attnkit.text.generate import generate_texts
 from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["GENERATION_OPTIONS", "MAX_GEN_TOKS_ALIASES", "AttnkitLM"]
 
 logger = logging.getLogger(__name__)
 
-# generate_until's options (a task's generation_kwargs) and what attnkit's generate takes for them.
-GENERATION_OPTIONS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "min_p")
+# generate_until's options (a task's generation_kwargs), read into one SamplingParams (generation_settings).
+GENERATION_OPTIONS = (
+    "until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed",
+)  # fmt: skip
+# The options that only apply when sampling (do_sample=True), as transformers' generate reads them.
+_SAMPLING_ONLY = ("top_k", "top_p", "min_p", "seed")
 # Other names of max_gen_toks, in lm_eval's order of priority after it (lm_eval.models.utils.normalize_gen_kwargs).
 MAX_GEN_TOKS_ALIASES = ("max_new_tokens", "max_tokens", "max_completion_tokens")
 _MAX_GEN_TOKS = 256  # as HFLM
@@ -294,10 +302,14 @@ class AttnkitLM(TemplateLM):
             )
         return number
 
-    def generation_settings(self, options: dict[str, Any]) -> tuple[list[str], int, dict[str, Any]]:
-        """``(until, max_gen_toks, generate's keyword arguments)`` of a request's generation options (a
-        task's ``generation_kwargs``, with ``--gen-kwargs`` over them); a ``ValueError`` for options the
-        model does not take and for a ``max_gen_toks`` that leaves no room for a prompt."""
+    def generation_settings(self, options: dict[str, Any]) -> SamplingParams:
+        """The :class:`~attnkit.models.generation.SamplingParams` of a request's generation options (a task's
+        ``generation_kwargs``, with ``--gen-kwargs`` over them): ``max_tokens`` is ``max_gen_toks``, ``stop``
+        the ``until`` strings and the EOS text; greedy unless ``do_sample`` (then ``temperature``, 1 by default,
+        ``top_k``, ``top_p``, ``min_p`` and ``seed``, as transformers reads them); ``repetition_penalty``
+        always. A ``ValueError`` for options the model does not take (or a wrong value: a
+        :class:`~attnkit.models.generation.SamplingError` naming it) and for a ``max_gen_toks`` that leaves no
+        room for a prompt."""
         if not isinstance(options, dict):
             raise TypeError(f"generation options must be a dict, got {type(options).__name__}")
         unknown = sorted(set(options) - set(GENERATION_OPTIONS) - set(MAX_GEN_TOKS_ALIASES))
@@ -325,11 +337,13 @@ class AttnkitLM(TemplateLM):
                 max_gen_toks,
                 _HOW_TO_SET,
             )
-        kwargs: dict[str, Any] = {"temperature": 0.0}
+        fields: dict[str, Any] = {"temperature": 0.0}
         if options.get("do_sample"):  # as transformers: sampling only when asked, at temperature 1 by default
-            kwargs["temperature"] = float(options.get("temperature", 1.0))
-            kwargs |= {k: options[k] for k in ("top_k", "top_p", "min_p") if options.get(k) is not None}
-        return until, max_gen_toks, kwargs
+            fields["temperature"] = float(options.get("temperature", 1.0))
+            fields |= {k: options[k] for k in _SAMPLING_ONLY if options.get(k) is not None}
+        if options.get("repetition_penalty") is not None:  # transformers applies it to greedy decoding too
+            fields["repetition_penalty"] = options["repetition_penalty"]
+        return SamplingParams(max_tokens=max_gen_toks, stop=tuple(dict.fromkeys(u for u in until if u)), **fields)
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """The text generated after each request's context, cut before the first of its ``until``
@@ -346,25 +360,14 @@ class AttnkitLM(TemplateLM):
         for chunk in order.get_batched(n=self.batch_size, batch_fn=None):
             contexts = [context for context, _ in chunk]
             options = chunk[0][1]
-            until, max_gen_toks, kwargs = self.generation_settings(options)
-            max_context = self.max_length - max_gen_toks  # >= 1: generation_settings checked
+            params = self.generation_settings(options)
+            assert params.max_tokens is not None
+            max_context = self.max_length - params.max_tokens  # >= 1: generation_settings checked
             special = not (self._bos_text and contexts[0].startswith(self._bos_text))
             prompts = [self.tok_encode(c, add_special_tokens=special)[-max_context:] for c in contexts]
-            out = self.model.generate(
-                [torch.tensor(p) for p in prompts],
-                max_gen_toks,
-                stop_strings=[u for u in until if u] or None,
-                decode=self.tok.decode,
-                **kwargs,
-            )
-            width = max(len(p) for p in prompts)
-            for (context, _), row in zip(chunk, out[:, width:].tolist(), strict=True):
-                if self.eot_token_id in row:
-                    row = row[: row.index(self.eot_token_id)]
-                text = self.tok.decode(row)
-                for stop in until:
-                    if stop:
-                        text = text.split(stop)[0]
+            # the one text path: stops at the EOS, cut before the first `until` string (lm_eval's split)
+            texts = generate_texts(self.model, self.tok, prompts, params, stop_ids=[self.eot_token_id])
+            for (context, _), text in zip(chunk, texts, strict=True):
                 results.append(text)
                 self.cache_hook.add_partial("generate_until", (context, options), text)
         return order.get_original(results)

@@ -15,8 +15,10 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.models.checks import check_ids
+from attnkit.models.generation import FIELDS as SAMPLING_FIELDS
 from attnkit.models.generation import (
     CausalDecoding,
+    SamplingParams,
     check_beam_size,
     check_left_padding,
     check_sampling,
@@ -24,7 +26,6 @@ from attnkit.models.generation import (
     left_pad,
     run_beam_search,
     sample,
-    seen_tokens,
 )
 from attnkit.models.lm_config import PRESETS, LanguageModelArchitecture, LanguageModelConfig, RopeScaling
 from attnkit.models.registry import register_model
@@ -209,6 +210,7 @@ class LanguageModel(nn.Module):
         on_token: Callable[[Tensor], None] | None = None,
         num_beams: int = 1,
         length_penalty: float = 1.0,
+        params: SamplingParams | None = None,
     ) -> Tensor:
         """Continue a batch of prompts by up to ``max_new_tokens`` tokens -> ``[B, T + n]``.
 
@@ -237,6 +239,12 @@ class LanguageModel(nn.Module):
                 beams and ``length_penalty`` instead of sampling: each row continues with its best
                 finished hypothesis (up to and with EOS), then ``pad_id``. Takes no sampling filters,
                 repetition penalty, stop strings or ``on_token``; ``temperature`` is not used.
+            params: every sampling option at once, a
+                :class:`~attnkit.models.generation.params.SamplingParams` (its penalties and ``logit_bias``
+                too), instead of the keywords ``temperature`` ... ``repetition_penalty`` (left at their
+                defaults); ``stop_strings`` and ``stop_ids`` add to its ``stop`` / ``stop_ids``, and its
+                ``seed`` seeds the draw when no ``generator`` is given. Its ``max_tokens`` and ``n`` are the
+                caller's business (``max_new_tokens`` counts here). Not with beam search.
 
         Generation stops when every row has stopped (so ``n`` may be less than ``max_new_tokens``).
         The result is the (left-padded) prompts followed by the new tokens.
@@ -248,17 +256,35 @@ class LanguageModel(nn.Module):
 
         The model is in eval mode during generation (dropout off) and its mode restored after.
         """
-        c = self.config
-        check_sampling(temperature, top_k, top_p, min_p, repetition_penalty)
+        keywords: dict[str, Any] = dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty
+        )
+        if params is None:
+            check_sampling(temperature, top_k, top_p, min_p, repetition_penalty)
+        else:
+            if not isinstance(params, SamplingParams):
+                raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+            given = sorted(k for k, v in keywords.items() if v != SAMPLING_FIELDS[k].default)
+            if given or num_beams != 1:
+                raise ValueError(
+                    "pass the sampling options either as `params` or as keywords, not both (got params and "
+                    f"{given or 'num_beams'}); beam search takes no params"
+                )
+            if stop_strings is not None or stop_ids is not None:
+                extra = tuple(int(i) for i in stop_ids or ())
+                params = params.replace(stop=params.stop + tuple(stop_strings or ()), stop_ids=params.stop_ids + extra)
+            stop_strings = list(params.stop) or None
+            if generator is None and params.seed is not None:
+                generator = torch.Generator(device=self.token_embedding.weight.device).manual_seed(params.seed)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         check_stop_strings(stop_strings, decode)
         if num_beams != 1:
             check_beam_size(num_beams)
-            given = dict(
+            beam_unused = dict(
                 top_k=top_k, top_p=top_p, min_p=min_p, stop_ids=stop_ids, stop_strings=stop_strings, on_token=on_token
             )
-            unused = [k for k, v in given.items() if v is not None]
+            unused = [k for k, v in beam_unused.items() if v is not None]
             if repetition_penalty != 1.0 or not stop_at_eos or unused:
                 raise ValueError(
                     "num_beams > 1 is beam search: it takes no sampling filters, repetition_penalty, "
@@ -282,22 +308,19 @@ class LanguageModel(nn.Module):
                     length_penalty=length_penalty,
                 )
                 return torch.cat([prompt, hyps.tokens], dim=1)
-            seen = None
-            if repetition_penalty != 1.0:
-                seen = seen_tokens(prompt, decoding.prompt_mask, c.vocab_size)
+            if params is None:
+                params = SamplingParams(
+                    max_tokens=None,
+                    **keywords,
+                    stop=tuple(stop_strings or ()),
+                    stop_ids=tuple(int(i) for i in stop_ids or ()),
+                )
             new = sample(
                 decoding,
                 max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                min_p=min_p,
+                params,
                 generator=generator,
-                repetition_penalty=repetition_penalty,
-                seen=seen,
                 stop_at_eos=stop_at_eos,
-                stop_ids=stop_ids,
-                stop_strings=stop_strings,
                 decode=decode,
                 on_token=on_token,
             )

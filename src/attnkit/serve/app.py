@@ -20,41 +20,40 @@ import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from attnkit.interop import Pretrained
 from attnkit.models import LanguageModel
-from attnkit.serve.engine import Engine, Event, Failed, Finished, Piece, SamplingParams
+from attnkit.models.generation import SamplingError, SamplingParams
+from attnkit.models.generation.prefix_cache import PrefixCache
+from attnkit.serve.engine import Engine
 from attnkit.serve.guard import Guard
 from attnkit.serve.limits import Admission, QueueFull, ServeLimits, TooMuchText
-from attnkit.serve.schemas import ChatRequest, CompletionRequest, SamplingRequest, error_body, validation_message
+from attnkit.serve.responses import HTTPError as _Error
+from attnkit.serve.responses import Reply, answer
+from attnkit.serve.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    RequestError,
+    SamplingRequest,
+    error_body,
+    validation_message,
+)
 from attnkit.text.tokenizers import Tokenizer
 
 __all__ = ["API_KEY_ENV", "create_app"]
 
 API_KEY_ENV = "ATTNKIT_API_KEY"
 Body = TypeVar("Body", bound=SamplingRequest)
-DISCONNECT_POLL = 0.25  # seconds between checks that a non-streamed request's client is still there
 log = logging.getLogger(__name__)
-
-
-class _Error(Exception):
-    def __init__(
-        self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-        code: str | None = None, headers: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(message)
-        self.status, self.body = status, error_body(message, type=type, param=param, code=code)
-        self.headers = headers
 
 
 def create_app(
@@ -63,6 +62,7 @@ def create_app(
     model_name: str | None = None,
     api_key: str | None = None,
     max_batch: int = 32,
+    prefix_cache_mb: int = 256,
     engine: Engine | None = None,
     limits: ServeLimits | None = None,
     local_only: bool = True,
@@ -73,7 +73,9 @@ def create_app(
     ``api_key``: when set (default: the ``ATTNKIT_API_KEY`` environment variable), every request but
     ``GET /health`` needs ``Authorization: Bearer <api_key>`` (else 401), ``/docs`` and ``/openapi.json``
     included. ``max_batch``: most sequences decoded at once (a request with ``n`` choices counts ``n``).
-    ``engine``: an engine to use instead of one built here. ``limits``: :class:`ServeLimits` (default: its
+    ``prefix_cache_mb``: MiB of keys and values of prompt prefixes that later requests reuse (a
+    :class:`~attnkit.models.generation.prefix_cache.PrefixCache`; 0: off). ``engine``: an engine to use instead of
+    one built here. ``limits``: :class:`ServeLimits` (default: its
     defaults). ``local_only``: refuse requests whose ``Host`` is not a loopback name (421); leave it True
     when listening on a loopback address (``attnkit serve`` sets it from ``--host``). The engine thread
     starts and stops with the app (its lifespan). Run it with uvicorn, as ``attnkit serve`` does.
@@ -84,6 +86,8 @@ def create_app(
             f"{pretrained.source} holds a {type(model).__name__} with a {type(tokenizer).__name__} tokenizer; "
             "attnkit serve serves language models (GPT-2, Llama, Mistral, Qwen2, attnkit lm runs) with their tokenizer"
         )
+    if isinstance(prefix_cache_mb, bool) or not isinstance(prefix_cache_mb, int) or prefix_cache_mb < 0:
+        raise ValueError(f"prefix_cache_mb must be an int >= 0 (0: no prefix cache), got {prefix_cache_mb!r}")
     if engine is None:
         engine = Engine(
             model,
@@ -91,8 +95,10 @@ def create_app(
             stop_ids=pretrained.eos_ids,  # completions stop at EOS, as Pretrained.generate
             max_batch=max_batch,
             context=pretrained.context,
+            prefix_cache=PrefixCache(prefix_cache_mb * 2**20) if prefix_cache_mb else None,
         )
     name = model_name or pretrained.source.name
+    vocab = model.config.vocab_size
     key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
     created = int(time.time())
     limits = limits or ServeLimits()
@@ -153,9 +159,11 @@ def create_app(
             )
         return body
 
-    def encoded(ids: list[int], param: str, params: SamplingParams) -> list[int]:
+    def encoded(ids: list[int], param: str, params: SamplingParams, echo: bool = False) -> list[int]:
         try:
-            engine.check(ids, params)
+            engine.check(ids, params, prompt_logprobs=echo)
+        except SamplingError as err:  # e.g. n over --max-batch
+            raise _Error(400, str(err), param=err.field) from None
         except ValueError as err:
             code = "context_length_exceeded" if len(ids) >= engine.context else None
             raise _Error(400, str(err), param=param if code else None, code=code) from None
@@ -178,22 +186,52 @@ def create_app(
         finally:  # _answer submits them before its first await: the count moves to the engine's queue at once
             admission.release(count)
 
+    def sampling(
+        body: SamplingRequest, cap: Any, stops: tuple[str, ...] = (), ids: tuple[int, ...] = ()
+    ) -> SamplingParams:
+        try:
+            return body.sampling_params(
+                cap=cap, max_batch=engine.max_batch, vocab_size=vocab, stops=stops, stop_ids=ids
+            )
+        except RequestError as err:
+            raise _Error(400, str(err), param=err.param) from None
+
+    def token_text(token: int) -> str:  # a log-probability's token: special tokens shown, as vLLM's
+        return tokenizer.decode([token], skip_special=False)
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await parse(request, CompletionRequest)
-        params = _params(body, limits.cap(body.max_tokens), (), ())
-        texts = body.prompts()
+        params = sampling(body, limits.cap)
+        given = body.token_prompts()
+        if given is not None:  # token ids: checked against the vocabulary, counted as prompts (no text)
+            for ids in given:
+                bad = next((i for i in ids if not 0 <= i < vocab), None)
+                if bad is not None:
+                    raise _Error(
+                        400,
+                        f"prompt token ids must be in [0, {vocab}) (the model's vocabulary), got {bad}",
+                        param="prompt",
+                    )
+        texts = body.prompts() if given is None else [""] * len(given)
 
         def encode() -> list[list[int]]:
-            return [encoded(pretrained.encode_prompt(p), "prompt", params) for p in texts]
+            ids = given if given is not None else [pretrained.encode_prompt(p) for p in texts]
+            return [encoded(p, "prompt", params, body.echo) for p in ids]
 
         prompts = await admitted(texts, "prompt", len(texts), encode)
-        return await _answer(engine, request, body, prompts, params, name, chat=False)
+        echoes = None
+        if body.echo:
+            echoes = texts if given is None else [pretrained.decode(p) for p in prompts]
+        reply = Reply(
+            name, chat=False, n=params.n, prompts=prompts, echoes=echoes, logprobs=params.logprobs, text=token_text
+        )
+        return await answer(engine, request, reply, params, stream=body.stream, usage=body.include_usage())
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await parse(request, ChatRequest)
-        params = _params(body, limits.cap(body.limit()), tuple(pretrained.stop_strings), tuple(pretrained.stop_ids))
+        params = sampling(body, limits.cap, tuple(pretrained.stop_strings), tuple(pretrained.stop_ids))
         messages = body.dicts()
 
         def encode() -> list[list[int]]:
@@ -204,149 +242,9 @@ def create_app(
             return [encoded(list(ids), "messages", params)]
 
         prompts = await admitted([m["content"] for m in messages], "messages", 1, encode)
-        return await _answer(engine, request, body, prompts, params, name, chat=True)
+        reply = Reply(
+            name, chat=True, n=params.n, prompts=prompts, echoes=None, logprobs=params.logprobs, text=token_text
+        )
+        return await answer(engine, request, reply, params, stream=body.stream, usage=body.include_usage())
 
     return app
-
-
-def _params(body: Any, max_tokens: int | None, stops: tuple[str, ...], stop_ids: tuple[int, ...]) -> SamplingParams:
-    """The engine's parameters of a request (chat adds the template's end-of-turn strings and ids)."""
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        stop=body.stops() + tuple(s for s in stops if s not in body.stops()),
-        n=body.n,
-        stop_ids=stop_ids,
-    )
-
-
-async def _answer(
-    engine: Engine,
-    request: Request,
-    body: Any,
-    prompts: list[list[int]],
-    params: SamplingParams,
-    name: str,
-    *,
-    chat: bool,
-) -> Response:
-    """Submit one engine request per prompt; the JSON answer, or the stream of chunks. A client that
-    hangs up cancels its engine requests: a stream's at its next chunk, a JSON answer's within
-    ``DISCONNECT_POLL`` seconds."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
-    requests = []
-    try:
-        for k, ids in enumerate(prompts):
-
-            def sink(event: Event, k: int = k) -> None:
-                loop.call_soon_threadsafe(queue.put_nowait, (k, event))
-
-            requests.append(engine.submit(ids, params, sink))
-    except BaseException:  # a prompt the engine refuses: the ones already queued leave with it
-        for r in requests:
-            r.cancel()
-        raise
-    meta = _Meta(name, chat, params.n, sum(map(len, prompts)))
-    if body.stream:
-        chunks = _stream(queue, meta, len(prompts) * params.n, body.include_usage(), requests)
-        return StreamingResponse(chunks, media_type="text/event-stream")
-    texts: dict[int, list[str]] = {}
-    reasons: dict[int, str] = {}
-
-    async def collect() -> None:
-        async for index, event in _events(queue, len(prompts) * params.n, params.n, meta):
-            if isinstance(event, Piece):
-                texts.setdefault(index, []).append(event.text)
-            else:
-                reasons[index] = event.reason
-
-    task = asyncio.ensure_future(collect())
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=DISCONNECT_POLL)
-            if not task.done() and await request.is_disconnected():
-                log.info("a client hung up: its %d prompt(s) leave the engine", len(prompts))
-                return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-        task.result()  # a failure's _Error
-    finally:
-        task.cancel()
-        for r in requests:
-            r.cancel()
-    choices = [meta.choice(i, "".join(texts.get(i, [])), reasons[i]) for i in sorted(reasons)]
-    return JSONResponse({**meta.head(), "choices": choices, "usage": meta.usage()})
-
-
-class _Meta:
-    """What every response and chunk of one request shares, and its token counts."""
-
-    def __init__(self, model: str, chat: bool, n: int, prompt_tokens: int) -> None:
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.model, self.chat, self.n = model, chat, n
-        self.created = int(time.time())
-        self.prompt_tokens, self.completion_tokens = prompt_tokens, 0
-
-    def head(self, chunk: bool = False) -> dict[str, Any]:
-        kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
-
-    def usage(self) -> dict[str, int]:
-        total = self.prompt_tokens + self.completion_tokens
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "total_tokens": total}
-
-    def choice(self, index: int, text: str, reason: str | None) -> dict[str, Any]:
-        if self.chat:
-            return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
-
-    def delta(self, index: int, text: str | None, reason: str | None, role: bool = False) -> dict[str, Any]:
-        if not self.chat:
-            return {"index": index, "text": text or "", "logprobs": None, "finish_reason": reason}
-        delta: dict[str, str] = {"role": "assistant"} if role else {}
-        if text is not None:
-            delta["content"] = text
-        return {"index": index, "delta": delta, "finish_reason": reason}
-
-
-async def _events(
-    queue: asyncio.Queue[tuple[int, Event]], choices: int, n: int, meta: _Meta
-) -> AsyncIterator[tuple[int, Piece | Finished]]:
-    """The events of every choice (index = prompt * n + choice) until all have finished; a failure
-    raises a 500 error."""
-    finished = 0
-    while finished < choices:
-        k, event = await queue.get()
-        if isinstance(event, Failed):
-            raise _Error(500, event.message, type="server_error")
-        if isinstance(event, Finished):
-            finished += 1
-            meta.completion_tokens += event.tokens
-        yield k * n + event.index, event
-
-
-async def _stream(
-    queue: asyncio.Queue[tuple[int, Event]], meta: _Meta, choices: int, usage: bool, requests: list[Any]
-) -> AsyncIterator[str]:
-    def chunk(choice_list: list[dict[str, Any]], **extra: Any) -> str:
-        return f"data: {json.dumps({**meta.head(chunk=True), 'choices': choice_list, **extra})}\n\n"
-
-    try:
-        if meta.chat:
-            yield chunk([meta.delta(i, "", None, role=True) for i in range(choices)])
-        try:
-            async for index, event in _events(queue, choices, meta.n, meta):
-                if isinstance(event, Piece):
-                    yield chunk([meta.delta(index, event.text, None)])
-                else:
-                    yield chunk([meta.delta(index, None if meta.chat else "", event.reason)])
-        except _Error as err:
-            yield f"data: {json.dumps(err.body)}\n\n"
-            return
-        if usage:
-            yield chunk([], usage=meta.usage())
-        yield "data: [DONE]\n\n"
-    finally:  # the client went away (or all is sent): free the rows
-        for r in requests:
-            r.cancel()

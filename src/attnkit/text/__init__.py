@@ -8,6 +8,8 @@
 - :mod:`~attnkit.text.chat`: chat templates, rendered as transformers renders them, and the ids that end
   a turn; :mod:`~attnkit.text.stops`: cutting streamed text at stop strings.
 - :mod:`~attnkit.text.framing`: the ids a model's tokenizer writes around a document and a prompt.
+- :mod:`~attnkit.text.generate`: text out of a decoder (prompt ids -> new ids -> streamed text -> cut at the
+  stop strings), the one path of ``generate``, ``chat`` and ``lmeval``; it imports the models.
 
 The datasets (:mod:`attnkit.data`) and outside checkpoints (:mod:`attnkit.interop`) both build on it;
 it imports neither.

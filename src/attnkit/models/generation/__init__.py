@@ -2,8 +2,13 @@
 
 - :mod:`~attnkit.models.generation.options`: the one check of sampling options (temperature, seed, top-k/p,
   min-p, repetition penalty, token counts) that every entry point shares; :class:`SamplingError` names the option.
-- :mod:`~attnkit.models.generation.sampling`: choosing the next token from logits (greedy, temperature,
-  top-k, top-p, min-p, repetition penalty) and left-padding prompts.
+- :mod:`~attnkit.models.generation.params`: :class:`SamplingParams`, the one parameters type of every way of
+  generating text (Python, the command line, ``chat``, ``serve``, ``explore``, ``lmeval``).
+- :mod:`~attnkit.models.generation.processors`: one :class:`Processor` per sampling option, registered in
+  :data:`PROCESSORS`, and :class:`Sampler`, the one batched next-token choice (every row its own parameters,
+  log-probabilities).
+- :mod:`~attnkit.models.generation.sampling`: the filters with one value for every row, one row's choice
+  (:func:`sample_next_token`), and left-padding prompts.
 - :mod:`~attnkit.models.generation.search`: greedy decoding and beam search (with a length penalty),
   written once over a :class:`Decoding` (next-token logits, append, reorder rows) that each family
   implements (:meth:`attnkit.models.LanguageModel.decoding`, :meth:`attnkit.models.Seq2SeqTransformer.decoding`).
@@ -17,7 +22,6 @@ from attnkit.models.generation.causal import (
     check_left_padding,
     check_stop_strings,
     sample,
-    seen_tokens,
 )
 from attnkit.models.generation.options import (
     MAX_TOKENS,
@@ -33,6 +37,8 @@ from attnkit.models.generation.options import (
     check_top_k,
     check_top_p,
 )
+from attnkit.models.generation.params import FIELDS, SamplingParams, field_doc
+from attnkit.models.generation.processors import PROCESSORS, Choice, History, Processor, Sampler
 from attnkit.models.generation.sampling import (
     apply_repetition_penalty,
     left_pad,
@@ -56,15 +62,22 @@ from attnkit.models.generation.search import (
 )
 
 __all__ = [
+    "FIELDS",
     "MAX_TOKENS",
     "MIN_TEMPERATURE",
+    "PROCESSORS",
     "SEED_END",
     "CausalDecoding",
+    "Choice",
     "Decodable",
     "Decoding",
+    "History",
     "Hypotheses",
     "LastLogits",
+    "Processor",
+    "Sampler",
     "SamplingError",
+    "SamplingParams",
     "apply_repetition_penalty",
     "beam_search",
     "check_beam_size",
@@ -79,6 +92,7 @@ __all__ = [
     "check_temperature",
     "check_top_k",
     "check_top_p",
+    "field_doc",
     "greedy_decode",
     "left_pad",
     "length_normalized",
@@ -88,7 +102,6 @@ __all__ = [
     "run_greedy",
     "sample",
     "sample_next_token",
-    "seen_tokens",
     "top_k_filter",
     "top_p_filter",
 ]

@@ -2,8 +2,9 @@
 
 :class:`CausalDecoding` is the :class:`~attnkit.models.generation.search.Decoding` of a decoder-only
 model over a batch of left-padded prompts: the key/value cache while the text fits the context, a
-sliding window past it. :func:`sample` draws tokens from any decoding (temperature, top-k/p, min-p,
-repetition penalty, per-row EOS and stop strings), one step at a time.
+sliding window past it. :func:`sample` draws tokens from any decoding with a
+:class:`~attnkit.models.generation.params.SamplingParams` (every option, per-row EOS, stop ids and stop
+strings), one step at a time.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from attnkit.models.generation.sampling import apply_repetition_penalty, sample_next_token
-from attnkit.models.generation.search import Decoding
+from attnkit.models.generation.params import SamplingParams
+from attnkit.models.generation.processors import Sampler
 from attnkit.nn import DecoderCache
 
-__all__ = ["CausalDecoding", "LastLogits", "check_left_padding", "check_stop_strings", "sample", "seen_tokens"]
+__all__ = ["CausalDecoding", "LastLogits", "check_left_padding", "check_stop_strings", "sample"]
 
 LastLogits = Callable[[Tensor, Tensor | None, DecoderCache | None], Tensor]
 """``(ids [N, T], key_padding_mask [N, past + T] or None, cache or None)`` -> logits ``[N, V]`` of the
@@ -123,58 +124,52 @@ def check_stop_strings(stop_strings: Sequence[str] | None, decode: Callable[[lis
         raise ValueError("stop_strings need `decode` (token ids -> text), e.g. tokenizer.decode")
 
 
-def seen_tokens(prompt: Tensor, padding_mask: Tensor | None, vocab_size: int) -> Tensor:
-    """``[B, V]`` True at the ids in each row of ``prompt [B, T]`` (padding, where ``padding_mask`` is
-    False, excluded): the tokens a repetition penalty starts from."""
-    seen = torch.zeros(prompt.shape[0], vocab_size, dtype=torch.bool, device=prompt.device)
-    real = torch.ones_like(prompt, dtype=torch.bool) if padding_mask is None else padding_mask
-    seen.scatter_(1, prompt.masked_fill(~real, 0), real)  # padding writes False at id 0: a no-op
-    seen[:, 0] |= (prompt == 0).logical_and(real).any(dim=1)
-    return seen
+STOP_WINDOW_SLACK = 8  # tokens decoded beyond the longest stop string's length (module docstring of sample)
 
 
 @torch.no_grad()
 def sample(
-    decoding: Decoding,
+    decoding: CausalDecoding,
     max_new_tokens: int,
+    params: SamplingParams | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
     generator: torch.Generator | None = None,
-    repetition_penalty: float = 1.0,
-    seen: Tensor | None = None,
     stop_at_eos: bool = True,
-    stop_ids: Sequence[int] | None = None,
-    stop_strings: Sequence[str] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     on_token: Callable[[Tensor], None] | None = None,
 ) -> Tensor:
-    """Draw up to ``max_new_tokens`` (>= 1) tokens per row of ``decoding`` -> ``[B, n]``.
+    """Draw up to ``max_new_tokens`` (>= 1) tokens per row of ``decoding`` with ``params`` -> ``[B, n]``.
 
-    Each step: the logits of every row, the repetition penalty (``seen [B, V]``: the ids already in
-    each row, updated here; see :func:`seen_tokens`), then :func:`sample_next_token` with the sampling
-    arguments (``temperature=0`` is greedy). A row that produced ``eos_id`` (with ``stop_at_eos``) or
-    one of ``stop_ids`` (e.g. a chat template's end-of-turn token), or whose new text, ``decode(ids)``,
-    contains one of ``stop_strings`` gets ``pad_id`` afterwards; sampling stops when every row has
-    stopped. ``on_token`` receives each step's tokens ``[B]``.
+    Each step the :class:`~attnkit.models.generation.processors.Sampler` chooses every row's next token from
+    the logits with ``params`` (default: :class:`SamplingParams`' defaults; its ``max_tokens`` and ``n`` are
+    the caller's business) and ``generator``; the repetition penalty counts the prompt's tokens (padding
+    excluded). A row that produced ``eos_id`` (with ``stop_at_eos``) or one of ``params.stop_ids`` (e.g. a chat
+    template's end-of-turn token), or whose new text contains one of ``params.stop`` gets ``pad_id``
+    afterwards; sampling stops when every row has stopped. ``on_token`` receives each step's tokens ``[B]``.
+
+    Stop strings need ``decode`` (token ids -> text). They are looked for in the text of a row's last
+    ``len(longest stop) + 8`` new tokens, decoded each step: a cost per token that does not grow with the
+    text (a stop string of ``L`` characters that ends in the newest token starts within its last ``L``
+    tokens, as every token but a few byte pieces decodes to at least one character; the 8 more tokens keep the
+    window's first, possibly cut, characters away from it).
     """
-    stop = (list(stop_strings), decode) if stop_strings and decode is not None else None
+    params = params if params is not None else SamplingParams()
+    check_stop_strings(params.stop or None, decode)
     logits = decoding.logits()
     batch = logits.shape[0]
+    sampler = Sampler(logits.shape[-1], logits.device)
+    sampler.add(params, decoding.tokens, padding_mask=decoding.prompt_mask, generator=generator)
     out = torch.full((batch, max_new_tokens), decoding.pad_id, dtype=torch.long, device=logits.device)
-    penalise = seen is not None and repetition_penalty != 1.0
-    ends = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=logits.device) if stop_ids else None
-    stopping = stop_at_eos or stop is not None or ends is not None
+    ends = (
+        torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long, device=logits.device) if params.stop_ids else None
+    )
+    stops = list(params.stop) if params.stop and decode is not None else None
+    window = max(len(s) for s in stops) + STOP_WINDOW_SLACK if stops else 0
+    stopping = stop_at_eos or stops is not None or ends is not None
     finished = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     end = 0
     for step in range(max_new_tokens):
-        if penalise and seen is not None:
-            logits = apply_repetition_penalty(logits, seen, repetition_penalty)
-        token = sample_next_token(
-            logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator
-        )
+        token = sampler.choose(logits).tokens
         if stopping:
             token = token.masked_fill(finished, decoding.pad_id)
             if stop_at_eos:
@@ -183,10 +178,12 @@ def sample(
                 finished |= torch.isin(token, ends)
         out[:, end] = token
         end += 1
-        if penalise and seen is not None:
-            seen.scatter_(1, token[:, None], True)
-        if stop is not None:
-            _finish_at_stop_strings(out[:, :end], finished, *stop)
+        if stops is not None and decode is not None:
+            start = max(0, end - window)
+            for row in (~finished).nonzero().flatten().tolist():
+                text = decode(out[row, start:end].tolist())
+                if any(s in text for s in stops):
+                    finished[row] = True
         if on_token is not None:
             on_token(token)
         if step == max_new_tokens - 1 or (stopping and bool(finished.all())):
@@ -194,13 +191,3 @@ def sample(
         decoding.append(token)
         logits = decoding.logits()
     return out[:, :end]
-
-
-def _finish_at_stop_strings(
-    new_tokens: Tensor, finished: Tensor, stop_strings: list[str], decode: Callable[[list[int]], str]
-) -> None:
-    """Mark as finished the rows whose new text contains a stop string."""
-    for row in (~finished).nonzero().flatten().tolist():
-        text = decode(new_tokens[row].tolist())
-        if any(s in text for s in stop_strings):
-            finished[row] = True

@@ -11,11 +11,14 @@ keep at least one token per row, so a row is never all ``-inf``. The options are
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnkit.models.generation.options import check_sampling
+from attnkit.models.generation.params import SamplingParams
+from attnkit.models.generation.processors import Sampler, min_p_rows, repetition_rows, top_k_rows, top_p_rows
 
 __all__ = [
     "apply_repetition_penalty",
@@ -28,27 +31,33 @@ __all__ = [
 ]
 
 
+def _rows(logits: Tensor, value: float, dtype: torch.dtype = torch.float32) -> Tensor:
+    """``value`` for every row of ``logits [..., V]`` (flattened to rows): the per-row filters' argument."""
+    return torch.full(logits.shape[:-1], value, dtype=dtype, device=logits.device).reshape(-1)
+
+
+def _per_row(fn: Any, logits: Tensor, value: Tensor) -> Tensor:
+    flat = logits.reshape(-1, logits.shape[-1])
+    return fn(flat, value).reshape(logits.shape)
+
+
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
-    """Keep the ``k`` largest logits of each row ``[..., V]`` (ties at the k-th are all kept); the rest -> -inf."""
+    """Keep the ``k`` largest logits of each row ``[..., V]`` (ties at the k-th are all kept); the rest -> -inf
+    (:func:`~attnkit.models.generation.processors.top_k_rows` with one ``k`` for every row)."""
     if k >= logits.shape[-1]:
         return logits
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+    return _per_row(top_k_rows, logits, _rows(logits, k, torch.long))
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """Nucleus filter: keep the smallest set of most likely tokens whose probability sums to ``>= p``.
 
-    The most likely token is always kept; the rest of each row ``[..., V]`` -> -inf.
+    The most likely token is always kept; the rest of each row ``[..., V]`` -> -inf
+    (:func:`~attnkit.models.generation.processors.top_p_rows` with one ``p`` for every row).
     """
     if p >= 1.0:
         return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above each one
-    drop_sorted = before >= p  # already p without this token: drop it (never the first one)
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+    return _per_row(top_p_rows, logits, _rows(logits, p))
 
 
 def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
@@ -56,9 +65,7 @@ def min_p_filter(logits: Tensor, min_p: float) -> Tensor:
     ``min_p`` times the row's top probability; the most likely token is always kept."""
     if min_p <= 0.0:
         return logits
-    probs = logits.softmax(dim=-1)
-    drop = probs < min_p * probs.amax(dim=-1, keepdim=True)
-    return logits.masked_fill(drop, float("-inf"))
+    return _per_row(min_p_rows, logits, _rows(logits, min_p))
 
 
 def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
@@ -66,8 +73,7 @@ def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Te
     where ``seen [B, V]`` is True, positive logits are divided by ``penalty``, negative ones multiplied."""
     if penalty == 1.0:
         return logits
-    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
-    return torch.where(seen, penalised, logits)
+    return repetition_rows(logits, seen, _rows(logits[..., :1], penalty).to(logits.dtype))
 
 
 def left_pad(sequences: Sequence[Sequence[int] | Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -97,24 +103,17 @@ def sample_next_token(
     min_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """One token id per row from ``logits [B, V]`` -> ``[B]`` int64.
+    """One token id per row from ``logits [B, V]`` -> ``[B]`` int64, every row with the same options.
 
     ``temperature == 0`` is greedy (argmax; the lowest id among equal maxima) and ignores
     ``top_k``/``top_p``/``min_p``. Otherwise the logits are divided by ``temperature``, filtered by
     ``top_k``, ``top_p`` then ``min_p`` (transformers' order), and a token is drawn from their softmax
-    with ``generator`` (seed it for reproducible samples).
+    with ``generator`` (seed it for reproducible samples). The choice is the :class:`Sampler`'s, the one
+    every entry point uses.
     """
-    check_sampling(temperature, top_k, top_p, min_p)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     if logits.dim() != 2:
         raise ValueError(f"logits must be [batch, vocab], got shape {tuple(logits.shape)}")
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)
-    scaled = logits.float() / temperature
-    if top_k is not None:
-        scaled = top_k_filter(scaled, top_k)
-    if top_p is not None:
-        scaled = top_p_filter(scaled, top_p)
-    if min_p is not None:
-        scaled = min_p_filter(scaled, min_p)
-    probs = scaled.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    sampler = Sampler(logits.shape[-1], logits.device)
+    sampler.add(params, torch.zeros(logits.shape[0], 0, dtype=torch.long, device=logits.device), generator=generator)
+    return sampler.choose(logits).tokens

@@ -17,13 +17,13 @@ from attnkit.data.readers.lines import numbered_inputs
 from attnkit.errors import ConfigError
 from attnkit.interop import load_pretrained
 from attnkit.interop.export import INFO_FILE
+from attnkit.models.generation import SamplingParams
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
 from attnkit.tasks.registry import register_task
 from attnkit.text.framing import body_ids, document_bounds, prompt_ids
-from attnkit.text.stops import StopText
-from attnkit.text.streaming import StreamDecoder
+from attnkit.text.generate import generate_texts, sampling_params
 from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 if TYPE_CHECKING:
@@ -249,18 +249,12 @@ def generate_text(
     model: LanguageModel,
     tokenizer: Tokenizer,
     prompt: str | Sequence[str] = "",
+    params: SamplingParams | None = None,
     *,
-    max_new_tokens: int = 200,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repetition_penalty: float = 1.0,
-    stop: Sequence[str] | None = None,
-    seed: int | None = None,
     num_samples: int = 1,
     batch_size: int = 8,
     write: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> list[str]:
     """Texts that continue ``prompt`` (each is the prompt followed by its continuation).
 
@@ -269,90 +263,59 @@ def generate_text(
     each, generated in left-padded batches of ``batch_size``, each row as if alone; ``write``
     receives each finished text followed by ``"\n"``, in order).
 
+    The sampling options are one :class:`~attnkit.models.generation.SamplingParams`: ``params``, with
+    ``options`` (its fields by name, e.g. ``temperature=0``, ``top_p=0.9``, ``stop=["."]``, ``seed=1``;
+    ``max_new_tokens`` is ``max_tokens``, 200 by default) over it. ``seed`` makes sampling reproducible (one
+    generator for all the samples of a call).
+
     Each prompt is encoded as the beginning of a document (``<bos>`` + its tokens; an empty prompt
     starts from ``<bos>`` alone); characters/words the tokenizer does not know become ``<unk>``.
-    Generation stops at ``<eos>`` (the end of a document), after ``max_new_tokens``, or once the
-    continuation contains one of the ``stop`` strings (it is cut before the stop string). ``seed``
-    makes sampling reproducible. ``min_p`` and ``repetition_penalty`` as :meth:`LanguageModel.generate`.
+    Generation stops at ``<eos>`` (the end of a document), after ``max_tokens``, or once the
+    continuation contains one of the ``stop`` strings (it is cut before the stop string): the one text
+    path, :func:`attnkit.text.generate.generate_texts`.
     """
+    params = sampling_params(params, options, max_tokens=200)
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    single = isinstance(prompt, str)
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     bad = [p for p in prompts if not isinstance(p, str)]
     if bad:
         raise TypeError(f"prompt must be a str or a list of str, got {type(bad[0]).__name__}")
-    stops = list(stop or [])
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    options: dict[str, Any] = dict(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
-        generator=generator,
-        stop_strings=stops or None,
-        decode=tokenizer.decode if stops else None,
-    )
-    if single:
-        return [
-            prompts[0] + _stream_one(model, tokenizer, prompts[0], max_new_tokens, options, stops, write)
-            for _ in range(num_samples)
-        ]
+    generator = torch.Generator(device=device).manual_seed(params.seed) if params.seed is not None else None
+    if isinstance(prompt, str):
+        texts = []
+        for _ in range(num_samples):
+            if write is not None:
+                write(prompt)
+            stream = None if write is None else (lambda _row, piece, out=write: out(piece))
+            (new,) = generate_texts(
+                model, tokenizer, [prompt_ids(tokenizer, prompt)], params, generator=generator, on_text=stream
+            )
+            if write is not None:
+                write("\n")
+            texts.append(prompt + new)
+        return texts
     items = [p for p in prompts for _ in range(num_samples)]
-    texts: list[str] = []
+    texts = []
     for start in range(0, len(items), batch_size):
         chunk = items[start : start + batch_size]
         encoded = [prompt_ids(tokenizer, p) for p in chunk]
-        out = model.generate(encoded, max_new_tokens, **options)
-        width = max(map(len, encoded))
-        for p, row in zip(chunk, out[:, width:].tolist()):
-            text = p + StopText(stops).flush(tokenizer.decode(row))
-            texts.append(text)
+        for p, new in zip(chunk, generate_texts(model, tokenizer, encoded, params, generator=generator)):
+            texts.append(p + new)
             if write is not None:
-                write(text + "\n")
+                write(texts[-1] + "\n")
     return texts
 
 
-def _stream_one(
-    model: LanguageModel,
-    tokenizer: Tokenizer,
-    prompt: str,
-    max_new_tokens: int,
-    options: dict[str, Any],
-    stops: Sequence[str],
-    write: Callable[[str], None] | None,
-) -> str:
-    """Generate one continuation of ``prompt``, streaming it to ``write``; text that could still become a
-    stop string is held back until it cannot (:class:`~attnkit.text.stops.StopText`: so nothing after a
-    stop string is ever written)."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=device)
-    stream = StreamDecoder(tokenizer)
-    text = StopText(stops)
-    pieces: list[str] = []
-
-    def emit(piece: str) -> None:
-        pieces.append(piece)
-        if write is not None and piece:
-            write(piece)
-
-    if write is not None:
-        write(prompt)
-    model.generate(ids, max_new_tokens, on_token=lambda token: emit(text.add(stream.push(int(token[0])))[0]), **options)
-    emit(text.flush(stream.flush()))
-    if write is not None:
-        write("\n")
-    return "".join(pieces)
-
-
-def generate_from_run(run: str | Path, prompt: str | Sequence[str] = "", **kwargs: Any) -> list[str]:
+def generate_from_run(
+    run: str | Path, prompt: str | Sequence[str] = "", params: SamplingParams | None = None, **kwargs: Any
+) -> list[str]:
     """:func:`generate_text` with the model and tokenizer of a trained ``lm`` run (folder or checkpoint)."""
     from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
 
     loaded = load_run(run, LanguageModelTask())
     tokenizer = tokenizer_of(loaded.hparams["artifacts"])
-    return generate_text(_language_model(loaded.module), tokenizer, prompt, **kwargs)
+    return generate_text(_language_model(loaded.module), tokenizer, prompt, params, **kwargs)

@@ -17,7 +17,7 @@ import torch
 from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.models import BertClassifier, BertEncoder, LanguageModel
-from attnkit.models.generation import check_seed, check_temperature
+from attnkit.models.generation import SamplingParams, check_seed, check_temperature
 from attnkit.tasks import LoadedRun, load_run
 from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
@@ -79,7 +79,9 @@ class Explorer:
             raise ValueError(f"steps must be an int in [0, {MAX_STEPS}], got {steps!r}")
         if not self.decoder and steps:
             raise ValueError(f"this {self.kind} model does not generate: steps must be 0")
-        check_temperature(temperature, maximum=MAX_TEMPERATURE)  # the rules generate, chat and serve share
+        # The page's bounds, tighter than SamplingParams' (its slider's top, and always a seed: a step is the
+        # same when stepped again), with the rules of the one check; steps decode with a SamplingParams (tokens).
+        check_temperature(temperature, maximum=MAX_TEMPERATURE)
         check_seed(seed, optional=False)
         if position is not None and (isinstance(position, bool) or not isinstance(position, int)):
             raise ValueError(f"position must be an int (a token's index; -1: the last), got {position!r}")
@@ -126,7 +128,7 @@ class DecoderExplorer(Explorer):
 
     def tokens(self, text: str, steps: int = 0, temperature: float = 0.0, seed: int = 0) -> tuple[list[int], int, bool]:
         """``(ids, prompt length, finished)``: the prompt's ids then ``steps`` generated ones, exactly as
-        :meth:`Pretrained.generate` makes them (greedy, or sampled from ``torch.Generator().manual_seed(seed)``),
+        :meth:`Pretrained.generate` makes them (one :class:`SamplingParams`: greedy, or sampled with ``seed``),
         cut after a stop id (``finished``)."""
         prompt = self.pretrained.encode_prompt(text)
         context = self.model.config.max_len
@@ -137,11 +139,9 @@ class DecoderExplorer(Explorer):
             )
         if not steps:
             return prompt, len(prompt), False
-        generator = torch.Generator().manual_seed(seed)
         stops = self.pretrained.eos_ids
-        out = self.model.generate(
-            torch.tensor([prompt]), steps, temperature=temperature, generator=generator, stop_ids=stops
-        )
+        params = SamplingParams(max_tokens=steps, temperature=temperature, seed=seed, stop_ids=tuple(stops))
+        out = self.model.generate(torch.tensor([prompt]), steps, params=params)  # its generator: seeded with seed
         new = out[0, len(prompt) :].tolist()
         end = next((i + 1 for i, t in enumerate(new) if t in stops), None)
         return prompt + new[: end or len(new)], len(prompt), end is not None
