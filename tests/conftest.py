@@ -5,12 +5,26 @@ from __future__ import annotations
 import pytest
 import torch
 
+import docs_build
 from ci_strict import pytest_runtest_makereport, pytest_terminal_summary
 
 __all__ = ["pytest_runtest_makereport", "pytest_terminal_summary"]  # hooks: skips fail under CI
 pytest_plugins = ["pytester"]
 
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The docs tests run last, and the site they check starts building now, in the background
+    (tests/docs_build.py): executing the tutorials overlaps the rest of the suite."""
+    docs = [item for item in items if item.path.parent.name == "docs" and item.path.parent.parent.name == "tests"]
+    if docs:
+        items[:] = [item for item in items if item not in docs] + docs
+        docs_build.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    docs_build.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -28,14 +28,6 @@ from attnkit.training.distributed import gather_lists
 ONE_THREAD = ["trainer.threads=1", "trainer.progress_bar=false", "trainer.report=false", "trainer.accelerator=cpu"]
 TWO_PROCESSES = ["trainer.strategy=ddp", "trainer.devices=2"]
 TINY = {
-    "anomaly": [
-        "data.train_sets=256", "data.val_sets=64", "data.test_sets=96", "model.d_model=32",
-        "model.dim_feedforward=64", "model.num_layers=1", "trainer.max_epochs=2", "trainer.batch_size=32",
-    ],
-    "classify": [
-        "data.synthetic_size=400", "data.max_len=32", "data.min_freq=1", "model.d_model=32",
-        "model.dim_feedforward=64", "model.num_layers=1", "trainer.max_epochs=2", "trainer.batch_size=16",
-    ],
     "lm": [
         "data.builtin_documents=100", "model.d_model=32", "model.num_layers=1", "model.num_heads=2",
         "model.dim_feedforward=64", "model.max_len=32", "trainer.max_epochs=2", "trainer.batch_size=8", "optim.lr=5e-3",
@@ -221,6 +213,9 @@ def test_corpus_scores_come_from_the_whole_corpus_gathered_from_both_processes(t
 # ---------------------------------------------------------------------------------------------- runs
 
 
+# translate (corpus scores gathered from both processes) and lm (perplexity from summed losses and tokens); the
+# evaluation of every task, anomaly and classify included, on two processes with uneven splits equals one process
+# in tests/training/test_fsdp_eval.py, through the same code (EvalBatches, the metrics' reduction)
 @pytest.mark.parametrize("task", sorted(TINY))
 def test_two_process_run_equals_one_process_test(tmp_path: Path, task: str):
     data = [f"data.source={_word_pairs(tmp_path / 'pairs.tsv')}"] if task == "translate" else []
