@@ -7,6 +7,8 @@
 - :mod:`~attnkit.models.generation.processors`: one :class:`Processor` per sampling option, registered in
   :data:`PROCESSORS`, and :class:`Sampler`, the one batched next-token choice (every row its own parameters,
   log-probabilities).
+- :mod:`~attnkit.models.generation.prefix_cache`: :class:`PrefixCache`, the keys and values of prompt prefixes
+  that later prompts starting the same way reuse (the server's ``--prefix-cache-mb``).
 - :mod:`~attnkit.models.generation.sampling`: the filters with one value for every row, one row's choice
   (:func:`sample_next_token`), and left-padding prompts.
 - :mod:`~attnkit.models.generation.search`: greedy decoding and beam search (with a length penalty),
@@ -38,6 +40,7 @@ from attnkit.models.generation.options import (
     check_top_p,
 )
 from attnkit.models.generation.params import FIELDS, SamplingParams, field_doc
+from attnkit.models.generation.prefix_cache import PrefixCache, PrefixHit
 from attnkit.models.generation.processors import PROCESSORS, Choice, History, Processor, Sampler
 from attnkit.models.generation.sampling import (
     apply_repetition_penalty,
@@ -74,6 +77,8 @@ __all__ = [
     "History",
     "Hypotheses",
     "LastLogits",
+    "PrefixCache",
+    "PrefixHit",
     "Processor",
     "Sampler",
     "SamplingError",
