@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import shutil
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -162,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("site", type=Path, help="the built HTML folder, e.g. build/docs/html")
     parser.add_argument("--chromium", default=None, help="the browser binary (default: chromium on PATH)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every page's report to this file")
     args = parser.parse_args(argv)
     reports = check_site(args.site, args.chromium)
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in reports]))
     bad = [r for r in reports if r.problems]
     for r in bad:
         print(f"{r.page}:", *(f"  - {p}" for p in r.problems), sep="\n")

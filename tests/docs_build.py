@@ -1,6 +1,7 @@
 """The documentation site's build, started in the background as soon as the suite is collected (when the
 docs tests are among the selected ones), so that executing the eight tutorials overlaps the rest of the suite
-instead of adding to it; the docs tests run last (tests/conftest.py moves them) and wait for it.
+instead of adding to it; the docs tests run last (tests/conftest.py moves them) and wait for it. Once the site is
+built, every page is opened in Chromium in the background too (``docs/check_site.py --json``): :func:`pages`.
 
 The build is the one ``make docs`` runs (from scratch, warnings as errors), at a lower priority (``nice``)
 and on one thread, with its own token cache folder. :func:`result` gives its HTML folder, its output and how long
@@ -9,11 +10,13 @@ it took, starting it first if nothing did.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +38,30 @@ class _Build:
         self.start = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=self.stdout, stderr=self.stderr, text=True, cwd=ROOT, env=env)
         self.done: tuple[Path, subprocess.CompletedProcess[str], float] | None = None
+        self.env, self.check, self.stopping = env, None, False
+        self.checker = threading.Thread(target=self._check_pages, name="docs-site-check", daemon=True)
+        self.checker.start()
+
+    def _check_pages(self) -> None:
+        """Once the site is built, open every page in Chromium (a process of its own, at the same priority)."""
+        if self.proc.wait() != 0 or self.stopping:
+            return
+        cmd = [sys.executable, str(DOCS / "check_site.py"), str(self.folder / "html"), "--json",
+               str(self.folder / "pages.json")]  # fmt: skip
+        if shutil.which("nice"):
+            cmd = ["nice", "-n", "5", *cmd]
+        with open(self.folder / "check.txt", "w") as log:
+            self.check = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
+            self.check.wait()
+
+    def pages(self) -> list[dict[str, object]] | None:
+        """Every page's report of the background check (``None`` if it did not run or failed to finish)."""
+        self.result()
+        self.checker.join(timeout=TIMEOUT)
+        path = self.folder / "pages.json"
+        if self.check is None or self.check.returncode is None or not path.is_file():
+            return None
+        return list(json.loads(path.read_text()))
 
     def result(self) -> tuple[Path, subprocess.CompletedProcess[str], float]:
         if self.done is None:
@@ -50,6 +77,10 @@ class _Build:
         return self.done
 
     def stop(self) -> None:
+        self.stopping = True
+        if self.check is not None and self.check.poll() is None:
+            self.check.kill()
+            self.check.wait()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -73,6 +104,14 @@ def result() -> tuple[Path, subprocess.CompletedProcess[str], float]:
     start()
     assert _BUILD is not None
     return _BUILD.result()
+
+
+def pages() -> list[dict[str, object]] | None:
+    """Every page's report (``docs/check_site.py``'s ``PageReport`` as a dict) from the background Chromium check
+    of the built site; ``None`` when it did not run (no site, no Chromium), so the caller checks the pages itself."""
+    start()
+    assert _BUILD is not None
+    return _BUILD.pages()
 
 
 def stop() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -83,13 +84,14 @@ def test_every_page_renders_in_chromium(site) -> None:  # type: ignore[no-untype
     assert proc.returncode == 0, "the site did not build (see the build test)"
     if find_chromium() is None:
         pytest.skip("no Chromium on this platform (make test installs Debian's chromium): pages not opened")
-    reports = check_site(html)
+    # every page opened in the background once the site was built (tests/docs_build.py), or here if that did not run
+    reports = docs_build.pages() or [asdict(r) for r in check_site(html)]
     assert len(reports) >= len(PAGES)
-    problems = {r.page: r.problems for r in reports if r.problems}
+    problems = {r["page"]: r["problems"] for r in reports if r["problems"]}
     assert not problems, problems
-    by_page = {r.page: r for r in reports}
+    by_page = {r["page"]: r for r in reports}
     for name in TUTORIALS:
-        assert by_page[f"tutorials/{name}.html"].images >= 1
+        assert int(by_page[f"tutorials/{name}.html"]["images"]) >= 1
 
 
 def test_the_browser_check_catches_broken_pages(tmp_path: Path) -> None:
