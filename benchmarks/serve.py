@@ -62,7 +62,9 @@ from encoder_block import calibrate, loadavg
 GOAL_CLIENTS, GOAL_RATIO = 8, 4.0
 
 
-def build(args: argparse.Namespace) -> tuple[LanguageModel, Any]:
+def build(args: argparse.Namespace, max_len: int = 512) -> tuple[LanguageModel, Any]:
+    """The random Llama-shaped model of ``args`` (context ``max_len``) and its byte-level BPE tokenizer (also
+    benchmarks/stop_strings.py's)."""
     words = ["owl", "moon", "river", "stone", "quiet", "night", "over", "the", "and", "light", "cold"]
     rng = random.Random(0)
     texts = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
@@ -76,7 +78,7 @@ def build(args: argparse.Namespace) -> tuple[LanguageModel, Any]:
             num_heads=args.heads,
             num_kv_heads=args.kv_heads,
             dim_feedforward=args.d_model * 8 // 3,
-            max_len=512,
+            max_len=max_len,
             dropout=0.0,
         )
     )

@@ -55,37 +55,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
-    from attnkit.text.tokenizers import Tokenizer, build_tokenizer
+    from attnkit.text.tokenizers import Tokenizer
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from attnkit.text.tokenizers import Tokenizer, build_tokenizer
-from attnkit.models import LanguageModel, LanguageModelConfig
+    from attnkit.text.tokenizers import Tokenizer
+from attnkit.models import LanguageModel
 from encoder_block import calibrate, loadavg
+from serve import build as serve_build
 
 GOAL_RATIO = 1.5  # overhead per token at --long / at --short, at most
 STOPS = ["<|end|>", "###", "STOP!"]  # never in this tokenizer's text (lower-case letters and spaces only)
-WORDS = ["owl", "moon", "river", "stone", "quiet", "night", "over", "the", "and", "light", "cold"]
 
 
 def build(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer]:
-    rng = random.Random(0)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)]
-    tokenizer = build_tokenizer("bpe", texts, vocab_size=args.vocab)
-    config = LanguageModelConfig.model_validate(
-        dict(
-            preset="llama",
-            vocab_size=tokenizer.vocab_size,
-            d_model=args.d_model,
-            num_layers=args.layers,
-            num_heads=args.heads,
-            num_kv_heads=args.kv_heads,
-            dim_feedforward=args.d_model * 8 // 3,
-            max_len=args.prompt + args.long + 48,
-            dropout=0.0,
-        )
-    )
-    torch.manual_seed(0)
-    return LanguageModel(config).eval(), tokenizer
+    """benchmarks/serve.py's model and tokenizer, with room for the prompt and the long texts."""
+    return serve_build(args, max_len=args.prompt + args.long + 48)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
