@@ -36,3 +36,12 @@ def run_cli(*args: str, check: bool = True, timeout: float = 300) -> subprocess.
     if check and proc.returncode != 0:
         raise AssertionError(f"attnkit {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def metrics_in_one_process(run) -> dict:
+    """The test metrics of a (multi-process) run's checkpoint scored in this process, on one device and no
+    strategy: what ``attnkit test RUN trainer.devices=1 trainer.strategy=auto --json`` prints (the CLI's own test
+    covers the command; this saves a process start of about 8 s per use)."""
+    from attnkit.api import evaluate
+
+    return evaluate(run, trainer={"devices": 1, "strategy": "auto"})

@@ -14,7 +14,7 @@ from typing import Any
 import probed_cli
 import pytest
 import torch
-from cli_helpers import run_cli
+from cli_helpers import metrics_in_one_process, run_cli
 
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.lm.module import LanguageModelDataModule
@@ -82,8 +82,7 @@ def _train_two_processes(tmp_path: Path, task: str, *args: str, timeout: float =
 def _assert_test_metrics_match_one_process(run: Path) -> dict[str, float]:
     """The 2-process run's test metrics (metrics.json) against `attnkit test` in one process."""
     ddp = {k: v for k, v in json.loads((run / "metrics.json").read_text())["metrics"].items() if k.startswith("test/")}
-    out = run_cli("test", str(run), "trainer.devices=1", "trainer.strategy=auto", "--json").stdout
-    one = json.loads(out.strip().splitlines()[-1])
+    one = metrics_in_one_process(run)
     assert set(one) == set(ddp)
     for key, value in one.items():
         if key in COUNTED:

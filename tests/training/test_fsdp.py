@@ -23,7 +23,7 @@ import probed_cli
 import pytest
 import torch
 import torch.distributed as dist
-from cli_helpers import run_cli
+from cli_helpers import metrics_in_one_process, run_cli
 from test_preemption import DDP_ARGS, DDP_PER_EPOCH, DDP_STOP
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
@@ -142,9 +142,7 @@ def test_fsdp_trains_as_ddp_and_its_checkpoint_loads_without_the_strategy(tmp_pa
 
     # Read in one process without the strategy: the same test metrics as the run's own.
     metrics = json.loads((run / "metrics.json").read_text())["metrics"]
-    one = json.loads(
-        run_cli("test", str(run), "trainer.devices=1", "trainer.strategy=auto", "--json").stdout.splitlines()[-1]
-    )
+    one = metrics_in_one_process(run)
     assert one.keys() == {k for k in metrics if k.startswith("test/")} and one
     for key, value in one.items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key

@@ -21,7 +21,7 @@ from typing import Any
 import eval_probed
 import probed_cli
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import metrics_in_one_process
 from test_ddp import _word_pairs
 
 from chat_models import build_chat_model
@@ -113,8 +113,7 @@ def test_fsdp_evaluates_an_uneven_split_as_one_process(tmp_path: Path, task: str
 
     run = tmp_path / task / "fsdp"
     fsdp = {k: v for k, v in json.loads((run / "metrics.json").read_text())["metrics"].items() if k.startswith("test/")}
-    out = run_cli("test", str(run), "trainer.devices=1", "trainer.strategy=auto", "--json").stdout
-    one = json.loads(out.strip().splitlines()[-1])  # the same checkpoint, one process: every example once
+    one = metrics_in_one_process(run)  # the same checkpoint, one process: every example once
     assert set(one) == set(fsdp) and {"test/loss"} <= set(one)
     for key, value in one.items():
         if key in COUNTED:

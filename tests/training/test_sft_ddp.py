@@ -13,7 +13,7 @@ from pathlib import Path
 import probed_cli
 import pytest
 import torch
-from cli_helpers import run_cli
+from cli_helpers import metrics_in_one_process
 
 from attnkit.training.checkpoint import load_checkpoint_file
 from chat_models import build_chat_model
@@ -60,8 +60,7 @@ def test_sft_trains_under_ddp_on_two_processes_each_its_own_batches(setup: list[
     assert {s[4] for s in ranks[0]["steps"]}.isdisjoint(s[4] for s in ranks[1]["steps"])  # each its own batches
     run = tmp_path / "sft" / "ddp"
     ddp = {k: v for k, v in json.loads((run / "metrics.json").read_text())["metrics"].items() if k.startswith("test/")}
-    out = run_cli("test", str(run), "trainer.devices=1", "trainer.strategy=auto", "--json").stdout
-    one = json.loads(out.strip().splitlines()[-1])  # the same checkpoint scored in one process
+    one = metrics_in_one_process(run)  # the same checkpoint scored in one process
     assert set(one) == set(ddp) == {"test/loss", "test/acc"}
     assert ddp["test/acc"] == one["test/acc"] and ddp["test/loss"] == pytest.approx(one["test/loss"], abs=1e-6)
 
