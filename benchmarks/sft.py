@@ -20,7 +20,7 @@ What is compared, in one process, on the same model weights and conversations, L
 attention projections, AdamW, float32, ``clip_grad_norm_(1.0)``:
 
 * **A: attnkit, unpacked** (the sft task's default): batches of ``--batch`` conversations of similar lengths
-  (:class:`attnkit.data.sft.module.LengthGroupedBatches`), each row one conversation padded to the batch's longest.
+  (:class:`attnkit.data.samplers.LengthGroupedBatches`), each row one conversation padded to the batch's longest.
 * **A': attnkit, plain batches** (``data.group_by_length=false``): ``--batch`` conversations in a random order,
   padded to the batch's longest (what "without packing" means in most trainers).
 * **B: attnkit, packed** (``data.packing=true``): rows of ``--context`` positions holding several conversations
@@ -74,8 +74,8 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import attnkit
 
+from attnkit.data.samplers import LengthGroupedBatches
 from attnkit.data.sft.encode import Example, collate_examples, encode_conversation, make_example, pack_examples
-from attnkit.data.sft.module import LengthGroupedBatches
 from attnkit.interop import load_pretrained
 from attnkit.models import LoraConfig, apply_lora
 from attnkit.nn import IGNORE_INDEX

@@ -11,7 +11,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from attnkit.data.base import EvalBatches
-from attnkit.data.samplers import CHUNK, ShuffledOrder
+from attnkit.data.samplers import CHUNK, LengthGroupedBatches, ShuffledOrder
+from attnkit.data.translate.config import PairsDataConfig
+from attnkit.data.translate.module import PairsDataModule
 
 
 def _epochs(sampler, n: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
@@ -146,3 +148,29 @@ def test_eval_batches_in_a_loader_give_the_padding_example() -> None:
 def test_eval_batches_refuse_what_cannot_be_dealt(args: tuple[int, int, int, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EvalBatches(*args, split="test")
+
+
+def test_length_grouped_batches_refuse_fewer_batches_than_processes_and_a_bad_rank() -> None:
+    with pytest.raises(ValueError, match=r"has 9 rows, fewer batches of trainer.batch_size=8 than the 3 processes"):
+        LengthGroupedBatches([1] * 9, batch_size=8, seed=0, num_replicas=3, rank=0)
+    with pytest.raises(ValueError, match="rank 2 out of range for 2 processes"):
+        LengthGroupedBatches([1] * 64, batch_size=8, seed=0, num_replicas=2, rank=2)
+    assert len(LengthGroupedBatches([1] * 17, batch_size=8, seed=0, num_replicas=3, rank=2)) == 1  # 3 batches: 1 each
+
+
+def test_translate_training_batches_resume_mid_epoch_from_the_loader_state() -> None:
+    """translate's length-bucketed loader is stateful: a loader restored from the state after 3 batches gives the
+    epoch's remaining batches (the run resumed mid-epoch sees what the uninterrupted run saw)."""
+    cfg = PairsDataConfig(num_pairs=300, val_fraction=0.1, test_fraction=0.1)
+    dm = PairsDataModule(cfg, batch_size=8)
+    dm.setup()
+    loader = dm.train_dataloader()
+    assert isinstance(loader.batch_sampler, LengthGroupedBatches)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    rest = [batch[0].tolist() for batch in it]
+    again = dm.train_dataloader()
+    again.load_state_dict(state)
+    assert [batch[0].tolist() for batch in again] == rest and rest

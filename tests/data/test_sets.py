@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from attnkit.data.anomaly.config import AnomalyDataConfig
 from attnkit.data.anomaly.features import load_item_features, per_class_split
@@ -523,3 +524,27 @@ def test_lightning_redraws_train_sets_each_epoch() -> None:
     assert not torch.equal(torch.cat(a[0]), torch.cat(a[1]))
     for epoch in (0, 1):
         assert torch.equal(torch.cat(a[epoch]), torch.cat(b[epoch]))
+
+
+def test_anomaly_training_loader_resumes_mid_epoch_with_the_sets_it_would_have_seen() -> None:
+    """The anomaly task's training loader is stateful like the other tasks': restored from the state after 2
+    batches of epoch 1 (into a fresh module whose sampler starts at epoch 0, as a resumed run's does), it gives
+    the rest of epoch 1's sets, the same sets as the uninterrupted loader."""
+    cfg = AnomalyDataConfig(train_sets=40, val_sets=8, test_sets=8)
+    first = SetAnomalyDataModule(cfg, batch_size=8)
+    first.setup()
+    loader = first.train_dataloader()
+    loader.sampler.set_epoch(1)
+    it = iter(loader)
+    seen = [next(it) for _ in range(2)]
+    state = loader.state_dict()
+    rest = list(it)
+    resumed = SetAnomalyDataModule(cfg, batch_size=8)
+    resumed.setup()
+    again = resumed.train_dataloader()
+    again.load_state_dict(state)
+    got = list(again)
+    assert len(got) == len(rest) == 3 and len(seen) == 2
+    for (x, y), (x2, y2) in zip(rest, got):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert isinstance(resumed.val_dataloader(), StatefulDataLoader)

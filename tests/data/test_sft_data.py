@@ -13,9 +13,10 @@ import torch
 
 from attnkit.data.lm.blocks import IGNORE_INDEX
 from attnkit.data.readers.chats import read_chats
+from attnkit.data.samplers import LengthGroupedBatches
 from attnkit.data.sft.config import SFTDataConfig
 from attnkit.data.sft.encode import collate_examples, encode_conversation, make_example, pack_examples
-from attnkit.data.sft.module import LengthGroupedBatches, SFTDataModule
+from attnkit.data.sft.module import SFTDataModule
 from attnkit.models import LanguageModel
 from attnkit.tasks.sft.module import assistant_loss, token_losses
 from attnkit.text.chat import ChatTemplate, encode_chat

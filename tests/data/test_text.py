@@ -13,11 +13,10 @@ import torch
 from attnkit.data.classify.config import ClassifyDataConfig
 from attnkit.data.classify.module import TextClassificationDataModule
 from attnkit.data.classify.splits import load_splits, load_table
-from attnkit.data.classify.text_splits import TextSplits
 from attnkit.data.collate import collate_text_batch
 from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.readers.imdb import load_imdb
-from attnkit.data.splits import stratified_split
+from attnkit.data.splits import TextSplits, stratified_split
 from attnkit.text.tokenizers import PAD, UNK, build_tokenizer, tokenizer_from_dict
 
 # ---------------------------------------------------------------------------------------- tokenizer
@@ -301,7 +300,7 @@ def test_stratified_split_is_seeded_disjoint_and_keeps_each_class() -> None:
         ({"val_fraction": 1.0}, r"val_fraction\n  Input should be less than 1"),
         ({"test_fraction": -0.1}, r"test_fraction\n  Input should be greater than or equal to 0"),
         ({"val_fraction": 0.6, "test_fraction": 0.5}, r"val_fraction \+ test_fraction must be below 1"),
-        ({"source": "reviews.parquet"}, r"data\.source='reviews\.parquet' is invalid.*\.csv/\.tsv/\.jsonl"),
+        ({"source": "reviews.xlsx"}, r"data\.source='reviews\.xlsx' is invalid.*\.csv/\.tsv/\.jsonl"),
         ({"source": ""}, r"source\n  String should have at least 1 character"),
         ({"test_source": "t.jsonl"}, r"data\.test_source='t\.jsonl' .*source is 'synthetic'"),
         ({"source": "a.csv", "test_source": "t.xml"}, r"data\.test_source='t\.xml'"),

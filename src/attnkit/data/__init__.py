@@ -8,14 +8,13 @@ Lightning data module. Readers are in ``readers``, padding and collating in ``co
 from attnkit.data.anomaly.config import AnomalyDataConfig
 from attnkit.data.classify.config import ClassifyDataConfig
 from attnkit.data.classify.splits import load_splits, load_table
-from attnkit.data.classify.text_splits import TextSplits
 from attnkit.data.generators.reverse import reverse_sequences
 from attnkit.data.generators.reviews import generate_synthetic_corpus
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.readers.imdb import load_imdb
 from attnkit.data.readers.tables import read_table
 from attnkit.data.reverse.config import ReverseDataConfig
-from attnkit.data.splits import stratified_split
+from attnkit.data.splits import TextSplits, stratified_split
 from attnkit.data.translate.config import PairsDataConfig
 
 __all__ = [

@@ -17,12 +17,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
-from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
-from attnkit.data.samplers import ShuffledOrder
+from attnkit.data.samplers import EpochDistributedSampler, ShuffledOrder
 
 __all__ = [
-    "EpochDistributedSampler",
     "EvalBatches",
     "SplitDataModule",
     "TestDataModule",
@@ -84,25 +82,6 @@ class EvalBatches(Sampler[list[int]]):
         """Whether this process's batch number ``index`` (from 0, in the order given) is a padding batch,
         to run and leave out of every metric."""
         return self.real <= index < self.length
-
-
-class EpochDistributedSampler(StatefulDistributedSampler):
-    """torchdata's stateful :class:`~torch.utils.data.DistributedSampler` (it saves how many indices it
-    gave this epoch) that also saves its epoch, the seed of the epoch's order.
-
-    Lightning creates the training iterator of a resumed run before it calls ``set_epoch``: without
-    its epoch restored, a run resumed mid-epoch would go on with the remaining batches of epoch 0's
-    order instead of those of the epoch it was stopped in.
-    """
-
-    epoch: int  # DistributedSampler's (torchdata is untyped)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "epoch": self.epoch}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        self.epoch = int(state_dict.get("epoch", self.epoch))
 
 
 class SplitDataModule(L.LightningDataModule):

@@ -26,6 +26,7 @@ Lightning calls ``prepare_data`` (which builds) on one process per node before t
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -118,8 +119,23 @@ def _memo_key(path: Path, st: os.stat_result) -> str:
 
 
 def source_digests(files: dict[str, str | None], root: Path) -> dict[str, str]:
-    """:func:`content_digest` of each named file that is given (``None``: left out)."""
-    return {name: content_digest(path, root) for name, path in files.items() if path}
+    """:func:`content_digest` of each named source that is given (``None``: left out); a folder or a glob
+    (Parquet shards, a ``save_to_disk`` folder) digests the paths and contents of all of its files."""
+    return {name: _source_digest(path, root) for name, path in files.items() if path}
+
+
+def _source_digest(source: str, root: Path) -> str:
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    elif not path.is_file() and any(c in source for c in "*?["):
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+    else:
+        return content_digest(path, root)
+    h = hashlib.blake2b(digest_size=20)
+    for file in files:
+        h.update(f"{file.relative_to(path) if path.is_dir() else file}\0{content_digest(file, root)}\n".encode())
+    return h.hexdigest()
 
 
 def manifest_checksum(manifest: dict[str, Any]) -> str:

@@ -8,7 +8,10 @@ A task's data config inherits the groups of fields it uses and adds only its own
 * :class:`GroupColumnConfig`: ``group_column``, the table column that keeps groups in one split;
 * :class:`TokenCacheConfig`: ``vocab_size``, ``min_freq`` and the token cache's ``cache_dir``;
 * :class:`TokenizerKindConfig`: ``tokenizer``, one of the registered trainable kinds
-  (:data:`attnkit.text.tokenizers.TOKENIZER_KINDS`).
+  (:data:`attnkit.text.tokenizers.TOKENIZER_KINDS`);
+* :class:`TextColumnConfig`: ``text_column``, the column of the texts in a table or Parquet/Arrow source;
+* :class:`RowFilterConfig`: ``where``, ``sample_fraction`` and ``max_rows``, the rows of a Parquet/Arrow
+  source that are read (:mod:`attnkit.data.readers.arrow_rows`).
 
 A task whose default or bounds differ from the shared ones says so in ``field_overrides``
 (:class:`attnkit.config.StrictModel`); the field itself is not declared again. Nothing here imports Lightning.
@@ -22,13 +25,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from attnkit.config import StrictModel
+from attnkit.data.readers.columnar import is_columnar
 from attnkit.text.tokenizer_kinds import TOKENIZER_KINDS, kind_names
 
 __all__ = [
     "DataConfig",
     "GroupColumnConfig",
+    "RowFilterConfig",
     "SourceFilesConfig",
     "SplitSourceConfig",
+    "TextColumnConfig",
     "TokenCacheConfig",
     "TokenizerKindConfig",
     "TrainableKind",
@@ -116,5 +122,38 @@ class TokenizerKindConfig(TokenCacheConfig):
             raise ValueError(
                 f"a {self.tokenizer} vocabulary needs vocab_size >= {kind.min_vocab} ({len(kind.specials)} specials "
                 f"+ {kind.min_vocab - len(kind.specials)} bytes), got {self.vocab_size}"
+            )
+        return self
+
+
+class TextColumnConfig(DataConfig):
+    """The texts are a column of the source (a table file, or Parquet/Arrow data)."""
+
+    text_column: str = Field("text", min_length=1, description="the column (jsonl: key) holding the texts")
+
+
+class RowFilterConfig(DataConfig):
+    """Which rows of a Parquet/Arrow ``source`` (and ``val_source`` / ``test_source``) are read: those whose
+    columns equal ``where``'s values, then a seeded ``sample_fraction`` of them, then the first ``max_rows``
+    (each applied to every file set read: the source, or each of its splits)."""
+
+    where: dict[str, str | int | float | bool] | None = Field(
+        None, description="Parquet/Arrow: keep the rows whose columns equal these values ({lang: en})"
+    )
+    sample_fraction: float | None = Field(
+        None, gt=0.0, le=1.0, description="Parquet/Arrow: keep this share of the rows, drawn with the seed"
+    )
+    max_rows: int | None = Field(None, ge=1, description="Parquet/Arrow: read at most this many rows")
+
+    @model_validator(mode="after")
+    def _check_filters(self) -> RowFilterConfig:
+        asked = [n for n in ("where", "sample_fraction", "max_rows") if getattr(self, n) is not None]
+        if self.where is not None and not self.where:
+            raise ValueError("data.where is empty; give {column: value, ...} or leave it out")
+        sources = [getattr(self, n, None) for n in ("source", "val_source", "test_source")]
+        if asked and not any(is_columnar(s) for s in sources if s):
+            raise ValueError(
+                f"data.{asked[0]} filters the rows of Parquet/Arrow data; data.source={sources[0]!r} is not "
+                "Parquet/Arrow: leave it out, or convert the data (e.g. pandas: read_csv(...).to_parquet(...))"
             )
         return self

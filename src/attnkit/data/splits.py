@@ -8,7 +8,8 @@ checkpoint. :func:`group_split` assigns whole groups, like scikit-learn's ``Grou
 while keeping every split's class mix close to the whole data's (``StratifiedGroupKFold``'s aim) and
 each part's size close to its fraction of the *examples*.
 
-Every function is deterministic in ``seed``.
+Every function is deterministic in ``seed``. :class:`TextSplits` holds the three splits of texts and labels
+(the classify task's, and what the IMDb reader returns).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SPLITS", "TEST", "TRAIN", "VAL", "fraction_split", "group_split", "stratified_split"]
+__all__ = [
+    "SPLITS", "TEST", "TRAIN", "VAL", "TextSplits", "fraction_split", "group_split", "stratified_split", "take",
+]  # fmt: skip
 
 SPLITS = ("train", "val", "test")
 TRAIN, VAL, TEST = 0, 1, 2
@@ -146,3 +150,34 @@ def group_split(
         empty.discard(p)
     part_of = assigned[group_of]
     return [np.flatnonzero(part_of == p).astype(np.int64) for p in range(len(shares))]
+
+
+@dataclass
+class TextSplits:
+    """Raw texts and integer labels (``0 .. len(label_names) - 1``) of the three splits."""
+
+    train_texts: Sequence[str]
+    train_labels: list[int]
+    val_texts: Sequence[str]
+    val_labels: list[int]
+    test_texts: Sequence[str]
+    test_labels: list[int]
+    label_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for split in ("train", "val", "test"):
+            n_texts, n_labels = len(getattr(self, f"{split}_texts")), len(getattr(self, f"{split}_labels"))
+            if n_texts != n_labels:
+                raise ValueError(f"TextSplits: {split} has {n_texts} texts but {n_labels} labels")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    def sizes(self) -> dict[str, int]:
+        """Number of texts per split."""
+        return {"train": len(self.train_texts), "val": len(self.val_texts), "test": len(self.test_texts)}
+
+
+def take(items: Sequence[Any], idx: Sequence[int]) -> list[Any]:
+    return [items[i] for i in idx]

@@ -5,23 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from attnkit.data.anomaly.config import AnomalyDataConfig, check_int
 from attnkit.data.anomaly.features import ItemFeatures, load_item_features
 from attnkit.data.anomaly.sets import EpochShuffleSampler, SetAnomalyDataset, mix_seed
-from attnkit.data.base import EvalBatches, process_shard
+from attnkit.data.base import SplitDataModule, process_shard
 
 __all__ = ["SetAnomalyDataModule"]
 
 
-class SetAnomalyDataModule(L.LightningDataModule):
+class SetAnomalyDataModule(SplitDataModule):
     """Set anomaly data for Lightning: batches ``(x [B, set_size, D] float32, y [B] int64)``.
 
     Training sets are redrawn every epoch (reproducibly from ``(cfg.seed, epoch)``); validation and
-    test sets are fixed. ``backbone`` is passed to :func:`load_item_features` (CIFAR-100 only).
+    test sets are fixed. The loaders are stateful, as every task's (:class:`SplitDataModule`): a run resumed
+    mid-epoch continues with the sets it would have seen. ``backbone`` is passed to :func:`load_item_features`
+    (CIFAR-100 only).
     """
 
     def __init__(
@@ -89,37 +91,20 @@ class SetAnomalyDataModule(L.LightningDataModule):
         """Number of item classes in the data (not the model's output size, which is ``set_size``)."""
         return self._require_setup().num_classes
 
-    def train_dataloader(self) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        """Training: the sets of :class:`EpochShuffleSampler` (each epoch's own); validation and test: the sets
+        in order (in a multi-process run each process gets its :class:`~attnkit.data.base.EvalBatches`)."""
         self._require_setup()
-        assert self.train_dataset is not None
+        dataset = {"train": self.train_dataset, "val": self.val_dataset, "test": self.test_dataset}[split]
+        assert dataset is not None
+        if not shuffle:
+            return self._seeded_loader(dataset, False, None, default_collate, split)
         trainer = self.trainer
         world, rank = process_shard(self)
-        sampler = EpochShuffleSampler(self.train_dataset, mix_seed(self.cfg.seed, 4), num_replicas=world, rank=rank)
+        sampler = EpochShuffleSampler(dataset, mix_seed(self.cfg.seed, 4), num_replicas=world, rank=rank)
         sampler.set_epoch(int(trainer.current_epoch) if trainer is not None else 0)
         self._train_sampler = sampler
-        return DataLoader(
-            self.train_dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            persistent_workers=False,
-        )
-
-    def _eval_loader(self, dataset: SetAnomalyDataset | None, split: str) -> DataLoader:
-        """The sets in order; in a multi-process run each process gets its :class:`EvalBatches`."""
-        self._require_setup()
-        assert dataset is not None
-        world, rank = process_shard(self)
-        if world > 1:
-            batches = EvalBatches(len(dataset), self.batch_size, world, rank, split)
-            return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers)
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.val_dataset, "val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_dataset, "test")
+        return StatefulDataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers)
 
     def artifacts(self) -> dict[str, Any]:
         """JSON-serialisable description of the data to save with a run (incl. the standardisation)."""

@@ -3,14 +3,16 @@ reproducibly from a seed; the dataset, its per-epoch sampler and sets read from 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset
 
 from attnkit.data.anomaly.config import check_int
+from attnkit.data.samplers import EpochDistributedSampler
 
 __all__ = ["EpochShuffleSampler", "SetAnomalyDataset", "build_anomaly_sets", "mix_seed"]
 
@@ -166,7 +168,7 @@ class SetAnomalyDataset(Dataset[tuple[Tensor, Tensor]]):
         return self.features[items], target.clone()
 
 
-class EpochShuffleSampler(DistributedSampler):
+class EpochShuffleSampler(EpochDistributedSampler):
     """Shuffles the sets of ``dataset`` per epoch (seeded by ``(seed, epoch)``) and yields ``(epoch, index)``.
 
     Carrying the epoch in the index keeps random training sets reproducible per epoch even in
@@ -174,10 +176,13 @@ class EpochShuffleSampler(DistributedSampler):
     forwarded to the dataset. With ``num_replicas > 1`` each rank gets every ``num_replicas``-th
     index of the shuffled order, all ranks as many: the last ``len % num_replicas`` sets of the
     epoch's order are left out (``drop_last`` of :class:`DistributedSampler`), so the shards are
-    disjoint.
+    disjoint. Stateful like the other tasks' training samplers (:class:`EpochDistributedSampler`: its epoch and
+    how many sets it gave), so a run resumed mid-epoch goes on with the very sets it would have drawn.
     """
 
     dataset: SetAnomalyDataset
+    next_yielded: int | None  # torchdata's StatefulDistributedSampler (untyped): a restored position
+    yielded: int
 
     def __init__(
         self,
@@ -196,7 +201,7 @@ class EpochShuffleSampler(DistributedSampler):
         if callable(set_epoch):
             set_epoch(self.epoch)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def _pairs(self) -> Iterator[tuple[int, int]]:
         n = len(self.dataset)
         if self.shuffle:
             generator = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch, 0x5A3B1E))
@@ -208,3 +213,10 @@ class EpochShuffleSampler(DistributedSampler):
         epoch = self.epoch
         for i in order[self.rank : self.total_size : self.num_replicas]:
             yield epoch, i
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        start, self.next_yielded = self.next_yielded or 0, None  # a restored state: skip what was given
+        self.yielded = start
+        for pair in itertools.islice(self._pairs(), start, None):
+            self.yielded += 1
+            yield pair

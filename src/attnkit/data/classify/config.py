@@ -7,20 +7,29 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from attnkit.data.config import GroupColumnConfig, SourceFilesConfig, TokenCacheConfig
+from attnkit.data.config import (
+    GroupColumnConfig,
+    RowFilterConfig,
+    SourceFilesConfig,
+    TextColumnConfig,
+    TokenCacheConfig,
+)
+from attnkit.data.readers.columnar import COLUMNAR_SUFFIXES, is_columnar
 from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES
 
 __all__ = ["ClassifyDataConfig", "source_kind", "table_suffixes"]
 
 
-class ClassifyDataConfig(SourceFilesConfig, GroupColumnConfig, TokenCacheConfig):
+class ClassifyDataConfig(SourceFilesConfig, GroupColumnConfig, TokenCacheConfig, TextColumnConfig, RowFilterConfig):
     """Where the texts come from and how they are split and encoded.
 
     Attributes:
         source: ``"synthetic"`` (built-in corpus, see :func:`generate_synthetic_corpus`), a path
             to an ``aclImdb`` folder (``train/{pos,neg}/*.txt`` and ``test/{pos,neg}/*.txt``),
-            or a ``.csv`` / ``.tsv`` / ``.jsonl`` file.
-        text_column, label_column: columns (keys for jsonl) of table formats.
+            a ``.csv`` / ``.tsv`` / ``.jsonl`` file, or Parquet/Arrow data (a file, a folder of shards, a
+            glob, a ``save_to_disk`` folder, a Hub dataset folder; see :mod:`attnkit.data.readers.columnar`).
+        text_column, label_column: columns (keys for jsonl) of table and Parquet/Arrow formats.
+        where, sample_fraction, max_rows: the rows of Parquet/Arrow data that are read.
         test_source: separate test file for table formats; without it a stratified
             ``test_fraction`` of ``source`` is held out.
         val_source: separate validation file for table formats (it picks the best checkpoint);
@@ -46,7 +55,6 @@ class ClassifyDataConfig(SourceFilesConfig, GroupColumnConfig, TokenCacheConfig)
         "min_freq": 2,
     }
 
-    text_column: str = Field("text", min_length=1)
     label_column: str = Field("label", min_length=1)
     max_len: int = Field(256, ge=1)
     synthetic_size: int = Field(6000, ge=4)
@@ -63,13 +71,13 @@ class ClassifyDataConfig(SourceFilesConfig, GroupColumnConfig, TokenCacheConfig)
             value = getattr(self, name)
             if value is None:
                 continue
-            if Path(value).suffix.lower() not in SUPPORTED_TABLE_SUFFIXES:
+            if Path(value).suffix.lower() not in SUPPORTED_TABLE_SUFFIXES and not is_columnar(value):
                 raise ValueError(f"data.{name}={value!r} is invalid: give a file ending in {table_suffixes()}")
-            if kind != "table":
+            if kind not in ("table", "columnar"):
                 raise ValueError(
                     f"data.{name}={value!r} is invalid: leave it out when source is {kind!r} (it has its own splits)"
                 )
-        if self.group_column is not None and kind != "table":
+        if self.group_column is not None and kind not in ("table", "columnar"):
             raise ValueError(
                 f"data.group_column={self.group_column!r} is invalid: leave it out when source is {kind!r} "
                 "(groups come from a column of a table file)"
@@ -78,13 +86,16 @@ class ClassifyDataConfig(SourceFilesConfig, GroupColumnConfig, TokenCacheConfig)
 
 
 def table_suffixes() -> str:
-    return "/".join(SUPPORTED_TABLE_SUFFIXES)
+    return "/".join(SUPPORTED_TABLE_SUFFIXES + COLUMNAR_SUFFIXES)
 
 
 def source_kind(source: str) -> str | None:
-    """``"synthetic"``, ``"table"`` (by suffix), ``"imdb"`` (a folder or a suffix-less path) or ``None``."""
+    """``"synthetic"``, ``"table"`` (by suffix), ``"columnar"`` (Parquet/Arrow data), ``"imdb"`` (another folder
+    or a suffix-less path) or ``None``."""
     if source == "synthetic":
         return "synthetic"
+    if is_columnar(source):
+        return "columnar"
     path = Path(source)
     if path.suffix.lower() in SUPPORTED_TABLE_SUFFIXES:
         return "table"

@@ -17,10 +17,11 @@ from attnkit.data.cached import CachedTokenDataModule
 from attnkit.data.classify.config import ClassifyDataConfig, source_kind
 from attnkit.data.classify.dataset import ENCODE_BATCH, CachedTextDataset, EncodedTextDataset, encode_texts
 from attnkit.data.classify.splits import load_splits, remap_labels
-from attnkit.data.classify.text_splits import TextSplits
 from attnkit.data.collate import chunks, collate_text_batch, pad_sequences
+from attnkit.data.readers.columnar import is_columnar, open_columnar
+from attnkit.data.readers.columnar_tasks import read_labelled
 from attnkit.data.readers.tables import read_table
-from attnkit.data.splits import SPLITS
+from attnkit.data.splits import SPLITS, TextSplits
 from attnkit.text.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_dict
 
 __all__ = ["TextClassificationDataModule"]
@@ -90,10 +91,13 @@ class TextClassificationDataModule(CachedTokenDataModule):
     def for_test_file(
         cls, cfg: ClassifyDataConfig, artifacts: dict[str, Any], path: str | Path, batch_size: int = 32
     ) -> TextClassificationDataModule:
-        """A module whose test split is the whole table file ``path`` (``cfg``'s text and label
+        """A module whose test split is the whole table file (or Parquet/Arrow data) ``path`` (``cfg``'s text and label
         columns), encoded with the run's tokenizer; labels are matched to the run's by name."""
         dm = cls.from_artifacts(cfg, artifacts, batch_size)
-        texts, raw = read_table(path, cfg.text_column, cfg.label_column)
+        if is_columnar(path):
+            texts, raw, _ = read_labelled(open_columnar(path).files, cfg.text_column, cfg.label_column)
+        else:
+            texts, raw = read_table(path, cfg.text_column, cfg.label_column)
         names = dm.label_names
         unknown = sorted({str(y) for y in raw} - set(names))
         if unknown:
@@ -108,7 +112,7 @@ class TextClassificationDataModule(CachedTokenDataModule):
 
     def cached(self) -> bool:
         """Whether this data goes through the token cache (a table source)."""
-        return source_kind(self.cfg.source) == "table"
+        return source_kind(self.cfg.source) in ("table", "columnar")
 
     def _cache_config(self, given: bool) -> dict[str, Any]:
         """The data config fields that change the encoded splits, with the given tokenizer (or the

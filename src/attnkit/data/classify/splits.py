@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.data.classify.config import ClassifyDataConfig, source_kind, table_suffixes
-from attnkit.data.classify.text_splits import TextSplits, take
 from attnkit.data.generators.reviews import generate_synthetic_corpus
+from attnkit.data.readers.arrow_rows import RowFilter
+from attnkit.data.readers.columnar_tasks import Part, read_labelled, split_parts
 from attnkit.data.readers.imdb import load_imdb
 from attnkit.data.readers.tables import read_column, read_table
-from attnkit.data.splits import group_split, stratified_split
+from attnkit.data.splits import TextSplits, group_split, stratified_split, take
 
 __all__ = ["TextSplits", "load_splits", "load_table", "remap_labels", "take"]
 
@@ -51,8 +52,11 @@ def load_table(
     val_fraction: float = 0.1,
     test_fraction: float = 0.1,
     seed: int = 42,
+    row_filter: RowFilter | None = None,
 ) -> TextSplits:
-    """Splits from a ``.csv``/``.tsv``/``.jsonl`` file (see :func:`read_table` for the format).
+    """Splits from a ``.csv``/``.tsv``/``.jsonl`` file (see :func:`read_table` for the format), or from
+    Parquet/Arrow data (:mod:`attnkit.data.readers.columnar`; its own ``val``/``test`` splits, when its
+    layout names them, are used as ``val_path``/``test_path`` are, and ``row_filter`` picks its rows).
 
     String labels map to ids in sorted order of the names (over all files); integer labels are
     kept (``label_names`` are their ``str``) and must be ``0 .. K-1``. ``test_path`` /
@@ -60,10 +64,15 @@ def load_table(
     ``path``, stratified: ``val_fraction`` and ``test_fraction`` of it. With ``group_column`` (a
     column of ``path``) they hold whole groups (:func:`attnkit.data.splits.group_split`).
     """
-    texts, raw = read_table(path, text_column, label_column)
-    given = {
-        name: read_table(p, text_column, label_column) for name, p in (("val", val_path), ("test", test_path)) if p
-    }
+    main, sources = split_parts(str(path), str(val_path) if val_path else None, str(test_path) if test_path else None)
+
+    def read(part: Part, groups: str | None = None) -> tuple[list[str], list[Any], list[str] | None]:
+        if isinstance(part, list):
+            return read_labelled(part, text_column, label_column, groups, row_filter)
+        return (*read_table(part, text_column, label_column), read_column(part, groups) if groups else None)
+
+    texts, raw, groups = read(main, group_column)
+    given: dict[str, tuple[list[str], list[Any]]] = {s: read(sources[s])[:2] for s in sources if s in ("val", "test")}
     where = " + ".join(str(p) for p in (path, val_path, test_path) if p)
     ids, names = _map_labels(raw + [y for _, labels in given.values() for y in labels], where)
     labels, start = ids[: len(raw)], len(raw)
@@ -73,8 +82,7 @@ def load_table(
         start += len(split_raw)
     held = [name for name in ("val", "test") if name not in given]
     fractions = [val_fraction if name == "val" else test_fraction for name in held]
-    if group_column is not None:
-        groups = read_column(path, group_column)
+    if groups is not None:
         where = f"{path} (groups of column {group_column!r})"
         keep, *parts = (list(idx) for idx in group_split(groups, fractions, seed, stratify=labels, where=where))
     else:
@@ -110,7 +118,7 @@ def load_splits(cfg: ClassifyDataConfig) -> TextSplits:
         )
     if kind == "imdb":
         return load_imdb(cfg.source, val_fraction=cfg.val_fraction, seed=cfg.seed)
-    if kind == "table":
+    if kind in ("table", "columnar"):
         return load_table(
             cfg.source,
             cfg.text_column,
@@ -121,6 +129,7 @@ def load_splits(cfg: ClassifyDataConfig) -> TextSplits:
             val_fraction=cfg.val_fraction,
             test_fraction=cfg.test_fraction,
             seed=cfg.seed,
+            row_filter=RowFilter.of(cfg),
         )
     raise ValueError(f"data.source={cfg.source!r}: not 'synthetic', a folder or a {table_suffixes()} file")
 

@@ -6,20 +6,26 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from attnkit.data.config import SplitSourceConfig, TokenizerKindConfig
+from attnkit.data.config import RowFilterConfig, SplitSourceConfig, TextColumnConfig, TokenizerKindConfig
 
 __all__ = ["BUILTIN", "LMDataConfig"]
 
 BUILTIN = "grammar"
 
 
-class LMDataConfig(SplitSourceConfig, TokenizerKindConfig):
+class LMDataConfig(SplitSourceConfig, TokenizerKindConfig, TextColumnConfig, RowFilterConfig):
     """Where the text comes from, how it is cut into documents and tokenized.
 
     Attributes:
         source: ``"grammar"`` (the built-in generated corpus, :func:`generate_grammar_corpus`), the
             path of a plain UTF-8 text file, a folder (every ``*.txt`` file in it, recursively) or a
-            glob of text files (``"corpus/*.txt"``); files are read in sorted path order.
+            glob of text files (``"corpus/*.txt"``); files are read in sorted path order. Or Parquet/Arrow
+            data (a file, a folder of shards, a glob, a ``save_to_disk`` folder, a Hub dataset folder;
+            :mod:`attnkit.data.readers.columnar`): every row's ``text_column`` is a document, streamed a
+            record batch at a time; the source's own ``validation``/``test`` splits, when its layout names
+            them, are the run's (``val_fraction``/``test_fraction`` cut only the splits it lacks).
+        text_column: Parquet/Arrow: the column of the documents (default ``text``).
+        where, sample_fraction, max_rows: the rows of Parquet/Arrow data that are read.
         split_on: ``"blank_line"`` (default: a document is a paragraph; blank or whitespace-only
             lines separate documents) or ``"line"`` (every non-blank line is a document).
         tokenizer: ``"char"`` (default), ``"word"`` or ``"bpe"`` (see :mod:`attnkit.text.tokenizers`).
@@ -44,7 +50,9 @@ class LMDataConfig(SplitSourceConfig, TokenizerKindConfig):
 
     field_overrides: ClassVar[dict[str, Any]] = {
         "source": Field(
-            BUILTIN, min_length=1, description="'grammar', a UTF-8 text file, a folder of *.txt files or a glob"
+            BUILTIN,
+            min_length=1,
+            description="'grammar', a UTF-8 text file, a folder of *.txt files, a glob, or Parquet/Arrow data",
         ),
         "tokenizer": "char",
         "vocab_size": Field(None, ge=5, description="vocabulary cap, specials included (>= 260 for bpe)"),

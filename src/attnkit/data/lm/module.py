@@ -35,8 +35,11 @@ from attnkit.data.encode import encode_batches, tokenize_workers
 from attnkit.data.generators.grammar import generate_grammar_corpus
 from attnkit.data.lm.blocks import PackedBlocks, artifacts_of, tokenizer_of
 from attnkit.data.lm.config import BUILTIN, LMDataConfig
+from attnkit.data.readers.arrow_rows import RowFilter
+from attnkit.data.readers.columnar import ALL, ColumnarSource, is_columnar, open_columnar
+from attnkit.data.readers.columnar_tasks import iter_texts
 from attnkit.data.readers.text_files import corpus_files, iter_documents
-from attnkit.data.splits import SPLITS, TEST, TRAIN, fraction_split
+from attnkit.data.splits import SPLITS, TEST, TRAIN, VAL, fraction_split
 from attnkit.text.framing import document_bounds
 from attnkit.text.tokenizers import UNK_ID, Tokenizer, build_tokenizer, tokenizer_from_dict
 
@@ -112,7 +115,19 @@ class LanguageModelDataModule(CachedTokenDataModule):
         c = self.cfg
         if c.source == BUILTIN:
             return {"builtin": BUILTIN, "documents": c.builtin_documents}
-        return [content_digest(p, root) for p in corpus_files(c.source)]
+        return [content_digest(p, root) for p in self._files()]
+
+    def _columnar(self) -> ColumnarSource | None:
+        """The Parquet/Arrow source (its files and splits), or None for text files and the built-in corpus."""
+        c = self.cfg
+        return open_columnar(c.source) if c.source != BUILTIN and is_columnar(c.source) else None
+
+    def _files(self) -> list[Path]:
+        """The files of ``data.source`` (none for the built-in corpus)."""
+        if self.cfg.source == BUILTIN:
+            return []
+        columnar = self._columnar()
+        return columnar.files if columnar is not None else corpus_files(self.cfg.source)
 
     def _cache_config(self, given: bool) -> dict[str, Any]:
         config = self.cfg.model_dump(exclude={"source", "cache_dir", "tokenize_workers"})
@@ -131,25 +146,64 @@ class LanguageModelDataModule(CachedTokenDataModule):
         return {"tokenizer": self._tokenizer.to_dict()}
 
     def _documents(self) -> Iterator[str]:
+        """Every document, in order (a Parquet/Arrow source with splits: train's, then val's, then test's)."""
+        return itertools.chain.from_iterable(docs for _, docs in self._parts())
+
+    def _parts(self) -> list[tuple[str, Iterator[str]]]:
+        """The documents of each part of the source: ``"all"``, or the splits a Parquet/Arrow source names."""
         c = self.cfg
         if c.source == BUILTIN:
-            return iter(generate_grammar_corpus(c.builtin_documents, c.seed))
-        return iter_documents(corpus_files(c.source), c.split_on)
+            return [(ALL, iter(generate_grammar_corpus(c.builtin_documents, c.seed)))]
+        columnar = self._columnar()
+        if columnar is None:
+            return [(ALL, iter_documents(corpus_files(c.source), c.split_on))]
+        return [
+            (s, iter_texts(columnar.parts[s], c.text_column, RowFilter.of(c)))
+            for s in (ALL, *SPLITS)
+            if s in columnar.parts
+        ]
+
+    def _split_of(self, sizes: dict[str, int]) -> np.ndarray:
+        """The split of each document, from the documents of each part (:meth:`_parts`): the source's own
+        splits, and held-out shares of its training documents for the splits it lacks."""
+        c = self.cfg
+        if ALL in sizes:
+            return fraction_split(sizes[ALL], c.val_fraction, c.test_fraction, c.seed, minimum=1)
+        for split in SPLITS:
+            if split in sizes and sizes[split] == 0:
+                raise ValueError(
+                    f"data.source={c.source!r}: its {split} split has no document (no non-blank {c.text_column!r} "
+                    "row, after data.where / data.sample_fraction / data.max_rows); fill it or remove it"
+                )
+        n_train = sizes["train"]
+        train = fraction_split(
+            n_train, 0.0 if "val" in sizes else c.val_fraction, 0.0 if "test" in sizes else c.test_fraction, c.seed,
+            minimum=1,
+        )  # fmt: skip
+        return np.concatenate(
+            [train, np.full(sizes.get("val", 0), VAL, np.int8), np.full(sizes.get("test", 0), TEST, np.int8)]
+        )
 
     def _build_cache(self, folder: Path) -> None:
         c = self.cfg
-        n = total_chars = 0
-        for doc in self._documents():
-            n += 1
-            total_chars += len(doc)
+        total_chars = 0
+        sizes: dict[str, int] = {}
+        for part, part_docs in self._parts():
+            sizes[part] = 0
+            for doc in part_docs:
+                sizes[part] += 1
+                total_chars += len(doc)
+        n = sum(sizes.values())
         if self.test_only:
             if n == 0:
                 raise ValueError(f"{c.source}: the file is empty (no non-blank text); nothing to evaluate")
             split_of = np.full(n, TEST, dtype=np.int8)
         elif n < 3:
             if n == 0:
+                filtered = c.where or c.sample_fraction is not None or c.max_rows is not None
+                why = " after data.where / data.sample_fraction / data.max_rows" if filtered else ""
                 raise ValueError(
-                    f"data.source={c.source!r}: the corpus is empty (no non-blank text); nothing to train on"
+                    f"data.source={c.source!r}: the corpus is empty (no non-blank text{why}); nothing to train on"
                 )
             advice = " (or data.split_on=line to make every line a document)" if c.split_on == "blank_line" else ""
             raise ValueError(
@@ -157,7 +211,7 @@ class LanguageModelDataModule(CachedTokenDataModule):
                 f"whole documents): separate documents by blank lines{advice}"
             )
         else:
-            split_of = fraction_split(n, c.val_fraction, c.test_fraction, c.seed, minimum=1)
+            split_of = self._split_of(sizes)
         tokenizer = self._tokenizer
         if tokenizer is None:
             train: Iterator[str] = (d for d, s in zip(self._documents(), split_of) if s == TRAIN)
@@ -171,7 +225,7 @@ class LanguageModelDataModule(CachedTokenDataModule):
         texts = {s: (folder / f"{s}.text").open("wb") for s in SPLITS}
         text_lengths = {s: array.array("q") for s in SPLITS}  # 8 bytes a document
         chars = dict.fromkeys(SPLITS, 0)
-        nbytes = sum(p.stat().st_size for p in corpus_files(c.source)) if c.source != BUILTIN else 0
+        nbytes = sum(p.stat().st_size for p in self._files())
         workers = tokenize_workers(c.tokenize_workers, tokenizer, nbytes)
         bar = tqdm(total=n, unit="doc", desc="tokenizing", disable=not self.progress, mininterval=1.0)
         try:

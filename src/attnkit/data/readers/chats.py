@@ -15,13 +15,12 @@ naming the file and the line (``chats.jsonl:12: ...``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnkit.io import decode_utf8
+from attnkit.data.readers.jsonl import jsonl_objects
 
 __all__ = ["LAYOUTS", "ROLES", "Chat", "chat_messages", "read_chats"]
 
@@ -42,25 +41,8 @@ class Chat:
 def read_chats(path: str | Path, *, group_key: str | None = None) -> list[Chat]:
     """Every conversation of the ``.jsonl`` file ``path`` (see the module docstring); ``group_key``: the
     key naming each conversation's group (a string or an integer; required on every line when given)."""
-    path = Path(path)
-    if path.suffix.lower() != ".jsonl":
-        raise ValueError(
-            f"{path}: conversations are read from .jsonl files (one JSON object a line), got {path.suffix!r}"
-        )
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {path} does not exist")
-    fix = f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed.jsonl`"
     chats = []
-    for number, raw in enumerate(decode_utf8(path.read_bytes(), path, fix=fix).splitlines(), start=1):
-        if not raw.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: malformed JSON: {err.msg} (column {err.colno})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for obj, where in jsonl_objects(path, "conversations"):
         group = None
         if group_key is not None:
             value = obj.get(group_key)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.data.classify.text_splits import TextSplits, take
-from attnkit.data.splits import stratified_split
+from attnkit.data.splits import TextSplits, stratified_split, take
 
 __all__ = ["IMDB_LABEL_NAMES", "load_imdb"]
 

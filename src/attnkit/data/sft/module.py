@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from attnkit.data.base import SplitDataModule, process_shard
+from attnkit.data.readers.arrow_rows import RowFilter
 from attnkit.data.readers.chats import Chat, read_chats
+from attnkit.data.readers.columnar_tasks import Part, read_chat_rows, split_parts
+from attnkit.data.samplers import LengthGroupedBatches
 from attnkit.data.sft.artifacts import chat_artifacts
 from attnkit.data.sft.config import SFTDataConfig
 from attnkit.data.sft.encode import Example, collate_examples, encode_conversation, make_example, pack_examples
@@ -27,7 +28,7 @@ from attnkit.data.splits import SPLITS, fraction_split, group_split
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
 
-__all__ = ["LengthGroupedBatches", "Rows", "SFTDataModule"]
+__all__ = ["Rows", "SFTDataModule"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,58 +47,6 @@ class Rows(Dataset):
 
     def lengths(self) -> list[int]:
         return [sum(len(e) for e in row) for row in self.rows]
-
-
-class LengthGroupedBatches(Sampler[list[int]]):
-    """Training batches of rows of similar lengths (Hugging Face's ``group_by_length``): each epoch's seeded
-    shuffle is cut into chunks of ``50 * batch_size`` rows, each chunk sorted by length and cut into batches,
-    and the batches shuffled. With several processes, the batches (a multiple of their number) are dealt out
-    round robin, so every process gets as many. Each new pass after a whole epoch reshuffles: the sampler
-    counts its epochs itself (Lightning calls ``set_epoch`` on a loader's sampler, never on its batch sampler,
-    and stops taking batches at ``len()`` without running the iterator to its end); ``set_epoch`` sets one.
-    ``state_dict`` keeps the epoch and how many of its batches were given (a resumed run goes on with the
-    next)."""
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, num_replicas: int = 1, rank: int = 0):
-        self.lengths = np.asarray(lengths)
-        self.batch_size, self.seed, self.num_replicas, self.rank = batch_size, seed, num_replicas, rank
-        self.epoch = self.given = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:  # not the epoch a resumed run's state left part-way through
-            self.given = 0
-        self.epoch = epoch
-
-    def _batches(self) -> list[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=generator).numpy()
-        chunk = 50 * self.batch_size
-        batches = []
-        for start in range(0, len(order), chunk):
-            part = order[start : start + chunk]
-            part = part[np.argsort(-self.lengths[part], kind="stable")]
-            batches += [part[i : i + self.batch_size].tolist() for i in range(0, len(part), self.batch_size)]
-        shuffled = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-        keep = len(shuffled) - len(shuffled) % self.num_replicas
-        return shuffled[:keep][self.rank :: self.num_replicas]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self._batches()
-        if self.given >= len(batches):  # the last epoch was given whole: the next one
-            self.epoch, self.given = self.epoch + 1, 0
-            batches = self._batches()
-        for batch in batches[self.given :]:
-            self.given += 1
-            yield batch
-
-    def __len__(self) -> int:
-        return len(self._batches())
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "given": self.given}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.given = int(state.get("epoch", 0)), int(state.get("given", 0))
 
 
 class SFTDataModule(SplitDataModule):
@@ -147,9 +96,15 @@ class SFTDataModule(SplitDataModule):
 
     def _read(self) -> dict[str, list[Chat]]:
         c = self.cfg
-        chats = read_chats(c.source, group_key=c.group_column)
-        given = {"val": c.val_source, "test": c.test_source}
-        fractions = [0.0 if given["val"] else c.val_fraction, 0.0 if given["test"] else c.test_fraction]
+        main, given = split_parts(c.source, c.val_source, c.test_source)
+
+        def read(part: Part) -> list[Chat]:
+            if isinstance(part, list):
+                return read_chat_rows(part, c.messages_column, c.group_column, RowFilter.of(c))
+            return read_chats(part, group_key=c.group_column)
+
+        chats = read(main)
+        fractions = [0.0 if "val" in given else c.val_fraction, 0.0 if "test" in given else c.test_fraction]
         if c.group_column is not None:
             parts = group_split([ch.group for ch in chats], fractions, c.seed, where=f"data.source={c.source}")
             split_of = np.zeros(len(chats), dtype=np.int8)
@@ -158,9 +113,8 @@ class SFTDataModule(SplitDataModule):
         else:
             split_of = fraction_split(len(chats), fractions[0], fractions[1], c.seed, minimum=1)
         out = {s: [ch for ch, p in zip(chats, split_of) if p == i] for i, s in enumerate(SPLITS)}
-        for split, path in given.items():
-            if path:
-                out[split] = read_chats(path, group_key=c.group_column)
+        for split, part in given.items():
+            out[split] = read(part)
         return out
 
     def setup(self, stage: str | None = None) -> None:

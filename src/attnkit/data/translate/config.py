@@ -6,21 +6,25 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from attnkit.data.config import SourceFilesConfig, TokenizerKindConfig
+from attnkit.data.config import RowFilterConfig, SourceFilesConfig, TokenizerKindConfig
+from attnkit.data.readers.columnar import is_columnar
 from attnkit.data.readers.pairs import BUILTIN_SOURCE
 
 __all__ = ["PairsDataConfig"]
 
 
-class PairsDataConfig(SourceFilesConfig, TokenizerKindConfig):
+class PairsDataConfig(SourceFilesConfig, TokenizerKindConfig, RowFilterConfig):
     """Where the pairs come from, how they are split and how they are tokenized (``tokenizer``
     ``"word"`` by default). ``group_column`` is a column *number* of the pairs files (a column name
-    for the table formats of :class:`attnkit.data.config.GroupColumnConfig`)."""
+    for the table formats of :class:`attnkit.data.config.GroupColumnConfig`). ``source`` may also be
+    Parquet/Arrow data (:mod:`attnkit.data.readers.columnar`; its own validation/test splits are the run's
+    unless ``val_source``/``test_source`` are given), its sentences in ``source_column`` and ``target_column``."""
 
     field_overrides: ClassVar[dict[str, Any]] = {
         "source": Field(
             BUILTIN_SOURCE,
-            description="'numbers' (built-in English->Spanish number pairs) or a tab-separated pairs file (spa.txt)",
+            description="'numbers' (built-in English->Spanish number pairs), a tab-separated pairs file (spa.txt) "
+            "or Parquet/Arrow data",
         ),
         "vocab_size": Field(None, gt=4, description="cap per vocabulary, specials included (bpe: default 1000)"),
         "val_fraction": 0.05,
@@ -35,6 +39,8 @@ class PairsDataConfig(SourceFilesConfig, TokenizerKindConfig):
         description="0-based column of the pairs files naming each pair's group (2: the third column); splits cut "
         "from source then hold whole groups, instead of whole source sentences",
     )
+    source_column: str = Field("source", min_length=1, description="Parquet/Arrow: the column of the source sentences")
+    target_column: str = Field("target", min_length=1, description="Parquet/Arrow: the column of their translations")
     skip_bad_lines: bool = Field(
         False, description="skip lines without a tab or with an empty side (one warning counts them); else an error"
     )
@@ -50,4 +56,9 @@ class PairsDataConfig(SourceFilesConfig, TokenizerKindConfig):
             raise ValueError(f"data.source must be {BUILTIN_SOURCE!r} or the path of a tab-separated pairs file")
         if self.source == BUILTIN_SOURCE and self.group_column is not None:
             raise ValueError("data.group_column names a column of a pairs file; the built-in 'numbers' data has none")
+        if self.group_column is not None and is_columnar(self.source):
+            raise ValueError(
+                "data.group_column is a column number of a tab-separated pairs file; Parquet/Arrow data is split "
+                "by source sentence (or give data.val_source / data.test_source): leave it out"
+            )
         return self

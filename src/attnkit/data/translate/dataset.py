@@ -1,15 +1,13 @@
 """The translate task's pairs: split by source sentence, encoded in memory or read from the token cache,
-and batched by length."""
+batched by length with :class:`attnkit.data.samplers.LengthGroupedBatches`."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from attnkit.data.cache import CachedRows, CachedTexts, LazySequence
@@ -20,7 +18,6 @@ from attnkit.text.tokenizers import Tokenizer, tokenizer_from_dict
 __all__ = [
     "CachedPairs",
     "EncodedPairs",
-    "LengthBatches",
     "PairSplits",
     "PickedItems",
     "TextPairs",
@@ -121,54 +118,6 @@ class PickedItems(LazySequence):
 
     def _get(self, index: int) -> Any:
         return self.items[int(self.picked[index])]
-
-
-class LengthBatches(torch.utils.data.Sampler[list[int]]):
-    """Shuffled batches of similar-length examples: sort within random pools of 50 batches, then
-    shuffle the batches. The order depends on ``seed`` and the epoch (Lightning calls
-    :meth:`set_epoch`; otherwise every pass counts as the next epoch).
-
-    With ``num_replicas`` processes every process draws the same batches and takes every
-    ``num_replicas``-th (from its ``rank``), all processes the same number: the last
-    ``len % num_replicas`` batches of the epoch's order are left out, so no process waits for a
-    batch another one lacks."""
-
-    def __init__(self, lengths: list[int], batch_size: int, seed: int, num_replicas: int = 1, rank: int = 0) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} out of range for {num_replicas} processes")
-        if self._count(len(lengths), batch_size) < num_replicas:
-            raise ValueError(
-                f"the training split has {len(lengths)} pairs, fewer batches of trainer.batch_size={batch_size} than "
-                f"the {num_replicas} processes: lower trainer.batch_size or trainer.devices"
-            )
-        self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
-        self.num_replicas, self.rank = num_replicas, rank
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        rng = random.Random(self.seed * 1000003 + self.epoch)
-        self.epoch += 1
-        order = list(range(len(self.lengths)))
-        rng.shuffle(order)
-        pool = self.batch_size * 50
-        batches = []
-        for start in range(0, len(order), pool):
-            chunk = sorted(order[start : start + pool], key=self.lengths.__getitem__)
-            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        rng.shuffle(batches)
-        return iter(batches[self.rank : len(self) * self.num_replicas : self.num_replicas])
-
-    @staticmethod
-    def _count(size: int, batch_size: int) -> int:
-        """Batches of one epoch over all processes."""
-        pool = batch_size * 50
-        full, rest = divmod(size, pool)
-        return full * 50 + -(-rest // batch_size)
-
-    def __len__(self) -> int:
-        return self._count(len(self.lengths), self.batch_size) // self.num_replicas
 
 
 def tokenizers_from_artifacts(artifacts: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:

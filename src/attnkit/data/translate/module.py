@@ -10,19 +10,23 @@ from typing import Any, cast
 
 import numpy as np
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from attnkit.data.base import process_shard
 from attnkit.data.cache import CacheWriter, entry_key, token_dtype
 from attnkit.data.cached import CachedTokenDataModule
 from attnkit.data.collate import chunks, collate_pairs
 from attnkit.data.generators.numbers import number_pairs
+from attnkit.data.readers.arrow_rows import RowFilter
+from attnkit.data.readers.columnar import is_columnar, open_columnar
+from attnkit.data.readers.columnar_tasks import Part, read_pair_columns, split_parts
 from attnkit.data.readers.pairs import BUILTIN_SOURCE, Pair, read_pair_rows
+from attnkit.data.samplers import LengthGroupedBatches
 from attnkit.data.splits import SPLITS
 from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.dataset import (
     CachedPairs,
     EncodedPairs,
-    LengthBatches,
     PairSplits,
     PickedItems,
     TextPairs,
@@ -49,6 +53,11 @@ _ENCODING_FIELDS = {
     "val_fraction",
     "test_fraction",
     "seed",
+    "source_column",
+    "target_column",
+    "where",
+    "sample_fraction",
+    "max_rows",
 }
 
 
@@ -110,12 +119,19 @@ class PairsDataModule(CachedTokenDataModule):
         return dm
 
     # -------------------------------------------------------------- loading
-    def load_pairs(self, path: str | Path | None = None) -> tuple[list[Pair], list[str] | None]:
-        """The raw pairs of ``path`` (default ``data.source``) after ``lowercase`` and ``reverse``,
-        before dedup/split, and their groups (``data.source`` with ``data.group_column`` only; else None)."""
+    def load_pairs(self, path: str | Path | list[Path] | None = None) -> tuple[list[Pair], list[str] | None]:
+        """The raw pairs of ``path`` (default ``data.source``; a list: Parquet/Arrow files) after ``lowercase``
+        and ``reverse``, before dedup/split, and their groups (``data.source`` with ``data.group_column`` only;
+        else None)."""
         cfg = self.cfg
         groups: list[str] | None = None
-        if path is None and cfg.source == BUILTIN_SOURCE:
+        if path is not None and not isinstance(path, list) and is_columnar(path):
+            path = open_columnar(path).files
+        if path is None and is_columnar(cfg.source):
+            path = open_columnar(cfg.source).parts.get("train") or open_columnar(cfg.source).files
+        if isinstance(path, list):
+            pairs = read_pair_columns(path, cfg.source_column, cfg.target_column, RowFilter.of(cfg))
+        elif path is None and cfg.source == BUILTIN_SOURCE:
             pairs = number_pairs(cfg.num_pairs, cfg.seed, sentence_fraction=cfg.sentence_fraction)
         else:
             group_column = cfg.group_column if path is None else None
@@ -169,11 +185,8 @@ class PairsDataModule(CachedTokenDataModule):
         """The split pairs, and the tokenizers (built on the training split unless given)."""
         cfg = self.cfg
         pairs, groups = self.load_pairs()
-        given = {
-            split: self.load_pairs(path)[0]
-            for split, path in (("val", cfg.val_source), ("test", cfg.test_source))
-            if path
-        }
+        parts: dict[str, Part] = split_parts(cfg.source, cfg.val_source, cfg.test_source)[1]
+        given = {split: self.load_pairs(part)[0] for split, part in parts.items()}
         val_fraction = 0.0 if "val" in given else cfg.val_fraction
         test_fraction = 0.0 if "test" in given else cfg.test_fraction
         splits = split_pairs(pairs, val_fraction, test_fraction, cfg.seed, groups=groups)
@@ -290,8 +303,8 @@ class PairsDataModule(CachedTokenDataModule):
         if shuffle and self.cfg.batch_by_length:
             lengths = dataset.lengths()
             world, rank = process_shard(self)
-            batches = LengthBatches(lengths, self.batch_size, self.cfg.seed, num_replicas=world, rank=rank)
-            return DataLoader(dataset, batch_sampler=batches, **common)
+            batches = LengthGroupedBatches(lengths, self.batch_size, self.cfg.seed, num_replicas=world, rank=rank)
+            return StatefulDataLoader(dataset, batch_sampler=batches, **common)  # resumes mid-epoch
         return self._seeded_loader(dataset, shuffle, self.cfg.seed, collate_pairs, split)
 
     # -------------------------------------------------------------- properties / export
