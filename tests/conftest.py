@@ -9,7 +9,7 @@ import docs_build
 from ci_strict import pytest_runtest_makereport, pytest_terminal_summary
 
 __all__ = ["pytest_runtest_makereport", "pytest_terminal_summary"]  # hooks: skips fail under CI
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "mlflow_server"]  # mlflow_server: the tracker tests' MLflow server
 
 torch.set_num_threads(1)
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench_helpers import run_quick
 
 
@@ -22,7 +24,8 @@ def test_describing_tasks_imports_no_lightning():
     code = (
         "import sys, attnkit.tasks, attnkit.viz\n"
         "from attnkit.tasks import TASKS\n"
-        "assert sorted(TASKS) == ['anomaly', 'classify', 'lm', 'reverse', 'sft', 'translate'], sorted(TASKS)\n"
+        "names = ['anomaly', 'classify', 'dpo', 'grpo', 'kto', 'lm', 'reverse', 'sft', 'translate']\n"
+        "assert sorted(TASKS) == names, sorted(TASKS)\n"
         "needs = {'sft': {'model': {'init': 'a-base-folder', 'lora': {'rank': 8}}}}  # sft fine-tunes a base\n"
         "for name, task in TASKS.items():\n"
         "    task.config_cls(**needs.get(name, {})).model_dump()\n"
@@ -31,6 +34,30 @@ def test_describing_tasks_imports_no_lightning():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# What a command that neither trains nor loads a run must not import: seconds of start-up each (Lightning
+# imports torchmetrics, which imports transformers and matplotlib; torch's compiler, torch._dynamo, sympy).
+HEAVY = ("lightning", "pytorch_lightning", "torchmetrics", "transformers", "torch._dynamo", "sympy")
+LIST_TASKS = "from attnkit.cli import main\nmain(['tasks'], prog_name='attnkit', standalone_mode=False)\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "absent"),
+    [
+        pytest.param(LIST_TASKS, HEAVY, id="attnkit tasks"),
+        # Pictures of arrays, curves and schedules need no task: the tasks are imported when a run is loaded.
+        pytest.param("import attnkit.viz\n", (*HEAVY, "attnkit.tasks"), id="import attnkit.viz"),
+    ],
+)
+def test_listing_tasks_and_importing_viz_import_no_lightning_and_no_compiler(code, absent):
+    check = f"import sys\nprint(sorted(name for name in {absent!r} if name in sys.modules))\n"
+    done = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    *shown, imported = done.stdout.strip().splitlines()
+    if code == LIST_TASKS:
+        assert any(line.startswith("lm ") for line in shown), done.stdout  # the listing did run
+    assert imported == "[]", f"imported {imported} (python -X importtime says through which modules)"
 
 
 def test_loading_the_task_module_imports_lightning():

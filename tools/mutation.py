@@ -104,6 +104,13 @@ MODULES: dict[str, Module] = {
             "tests/lmeval/test_lmeval_gen_kwargs.py",
         ),
     ),
+    # lmeval/model.py's generation options (generation_settings, _room, _positive_int; run with --only on them):
+    # the direct calls of test_lmeval_model_mutants.py, then test_lmeval_gen_kwargs.py. lmeval_model's tests
+    # (scoring and generating against lm_eval's HF backend) take about 90 s per mutant.
+    "lmeval_generation": Module(
+        "src/attnkit/lmeval/model.py",
+        ("tests/lmeval/test_lmeval_model_mutants.py", "tests/lmeval/test_lmeval_gen_kwargs.py"),
+    ),
     # preemption.py's unit tests only (a stand-in trainer): test_preemption.py's end-to-end runs (SIGTERM, DDP in
     # two processes) take tens of seconds each.
     "preemption": Module("src/attnkit/training/preemption.py", ("tests/training/test_preemption_unit.py",)),
@@ -147,7 +154,25 @@ MODULES: dict[str, Module] = {
     # The gradient accumulation of training/module.py (training_step's summed loss, on_before_optimizer_step's
     # scale): run it with --only on those functions. TaskModule.__init__ is kept unmutated (see Module.keep).
     "accumulation": Module(
-        "src/attnkit/training/module.py", ("tests/training/test_accumulate.py",), keep=("TaskModule.__init__",)
+        "src/attnkit/training/module.py",
+        ("tests/training/test_accumulate.py", "tests/training/test_accumulation_mutants.py"),
+        keep=("TaskModule.__init__",),
+    ),
+    # FSDP: test_fsdp.py's in-process tests only (a gloo group of one process; its end-to-end runs start two
+    # processes each, tens of seconds, where mutmut does not see the functions called) and the mutants' own tests.
+    "sharding": Module(
+        "src/attnkit/training/sharding.py",
+        (
+            *(
+                f"tests/training/test_fsdp.py::{test}"
+                for test in (
+                    "test_every_block_is_its_own_unit_and_bf16_mixed_computes_in_bfloat16",
+                    "test_gathered_weights_hold_every_unit_whole_through_any_number_of_forward_passes",
+                    "test_what_fsdp_cannot_run_with_is_refused_before_the_data_is_read",
+                )
+            ),
+            "tests/training/test_sharding_mutants.py",
+        ),
     ),
     # The SIGTERM watchdog of multi-process runs: test_watchdog.py's cases run in processes of their own (real
     # signals, a real exit; about a second each); test_watchdog_mutants.py's in this one (a real signal to the

@@ -259,3 +259,20 @@ EQUIVALENT |= {
     _PA + "x__number__mutmut_6": "a non-finite number passed on fails the range check after it (nan compares "
     "false, inf is past every bound)",
 }
+EQUIVALENT |= {
+    "attnkit.training.module.xǁTaskModuleǁon_before_optimizer_step__mutmut_17": 'reduce_op "SUM" for "sum": '
+    "Lightning's reduce reads a name upper-cased (torch.distributed.ReduceOp.SUM either way)",
+}
+_LM = "attnkit.lmeval.model."
+EQUIVALENT |= {
+    _LM + "x__positive_int__mutmut_4": "1 for 0 where int() refuses the value: its text is then never '1' (the text "
+    "check refuses it either way; int() reads every str, bytes or number that prints as '1')",
+    _LM + "xǁAttnkitLMǁgeneration_settings__mutmut_36": "the EOS appended even when until has it: dict.fromkeys keeps "
+    "the first of each, and an empty EOS is dropped (`if u`)",
+    _LM + "xǁAttnkitLMǁgeneration_settings__mutmut_60": "_clamped = None for False (only tested for truth)",
+}
+EQUIVALENT |= {
+    _E + "_clear__mutmut_5": _EMPTIED + " (stats reads only the mask)",
+    _E + "_drop__mutmut_26": "`or` in an assertion for the type checker: the batch's cache and sampler are set and "
+    "cleared together (_join, _clear), so both are set while rows remain",
+}

@@ -17,6 +17,7 @@ from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
 from attnkit.text.framing import document_bounds, document_ids, prompt_ids
 from chat_models import build_chat_model
+from cli_inprocess import cli_in_process
 
 SENTENCES = [
     "the cat sat on the mat and looked at the bird",
@@ -155,7 +156,7 @@ def test_an_imported_folder_keeps_the_template_and_the_stop_ids(chat_dir: Path, 
 def test_a_folder_of_no_kind_names_the_three_kinds(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     for command in (["generate", str(tmp_path / "notes")], ["chat", str(tmp_path / "notes")]):
-        proc = run_cli(*command, check=False)
+        proc = cli_in_process(*command)
         assert proc.returncode == 2
         for kind in ("an attnkit run", "an attnkit model folder", "a Hugging Face model folder"):
             assert kind in proc.stderr

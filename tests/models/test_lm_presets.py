@@ -16,6 +16,7 @@ from transformers import (
 
 from attnkit.models.lm import PRESETS, LanguageModel, LanguageModelArchitecture, LanguageModelConfig, RopeScaling
 from attnkit.nn import RMSNorm
+from attnkit.tasks import build_config
 
 SIZES = dict(vocab_size=50, d_model=32, num_heads=4, num_layers=2, dim_feedforward=48, dropout=0.0, max_len=64)
 
@@ -41,6 +42,22 @@ def test_presets_set_the_family() -> None:
     assert set(PRESETS) == {"gpt2", "llama", "mistral", "qwen2"}
     model = LanguageModel(llama)
     assert isinstance(model.decoder.norm, RMSNorm) and model.lm_head.weight is not model.token_embedding.weight
+
+
+def test_a_field_given_its_own_default_keeps_it_over_the_preset() -> None:
+    """A preset fills only the fields not given: one given its class default (tie_weights=True, norm="layernorm",
+    qkv_bias=None) keeps it, from the keyword, the `preset` key, from_preset and the task config alike."""
+    tied = LanguageModelConfig(**SIZES, preset="llama", tie_weights=True, norm="layernorm")
+    assert (tied.tie_weights, tied.norm, tied.positional, tied.bias) == (True, "layernorm", "rotary", False)
+    assert LanguageModelConfig.from_preset("llama", tie_weights=True, **SIZES).tie_weights is True
+    qwen = LanguageModelArchitecture.model_validate({"preset": "qwen2", "qkv_bias": None})
+    assert qwen.qkv_bias is None and qwen.bias is False
+    cfg = build_config("lm", overrides={"model.preset": "llama", "model.tie_weights": True})
+    assert cfg.model.tie_weights is True and cfg.model.norm == "rmsnorm"  # type: ignore[attr-defined]
+    again = type(cfg).model_validate(cfg.model_dump())  # a stored config validates to the same
+    assert again.model_dump() == cfg.model_dump()
+    model = LanguageModel(tied)
+    assert model.lm_head.weight is model.token_embedding.weight
 
 
 @pytest.mark.parametrize(

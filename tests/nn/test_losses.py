@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import operator
+from typing import Any
 
 import pytest
 import torch
@@ -262,3 +264,27 @@ def test_every_tensor_is_made_on_the_inputs_device() -> None:
     assert loss.device.type == predictions.device.type == "meta"
     grads = torch.autograd.grad(loss, (h, w, b))
     assert [g.device.type for g in grads] == ["meta"] * 3 and [g.shape for g in grads] == [h.shape, w.shape, b.shape]
+
+
+def test_under_torch_compile_the_loss_runs_eagerly_and_equals_the_eager_loss() -> None:
+    """torch.compile traces the caller but not the loss's data-dependent chunk loop (``torch.compiler.disable``,
+    applied at the first compiled call: the first call here is compiled): the graphs it captures hold the
+    caller's own operations alone, and the result equals the eager one."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    def step(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss, _ = linear_cross_entropy(hidden * 2, weight, targets, chunk_size=3)
+        return loss + 1
+
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(7, 4, generator=g), torch.randn(5, 4, generator=g)
+    targets = torch.randint(0, 5, (7,), generator=g)
+    compiled = torch.compile(step, backend=record)
+    for _ in range(2):  # the first call compiles, the second reuses the graphs
+        torch.testing.assert_close(compiled(hidden, weight, targets), step(hidden, weight, targets))
+    traced = [n.target for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert traced and set(traced) <= {operator.mul, operator.add}, traced  # `hidden * 2`, `loss + 1`: no loss inside

@@ -5,6 +5,7 @@ batch that fails (every request of that admission fails, the engine keeps servin
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from test_engine import BAD_SEED, GREEDY, PROMPTS, Collector, failing_sampler, f
 
 from attnkit.models.generation import SamplingError
 from attnkit.nn import DecoderCache
-from attnkit.serve import Engine, Finished, SamplingParams
+from attnkit.serve import Engine, Failed, Finished, Piece, Prompt, SamplingParams
 
 PROBLEM = "probability tensor contains either inf, nan or element < 0"  # what failing_sampler raises
 
@@ -240,3 +241,41 @@ def test_check_takes_each_edge_and_refuses_past_it_saying_what_was_wrong(pretrai
         with pytest.raises(ValueError) as err:
             engine.check([1, bad], SamplingParams())  # type: ignore[list-item]  # wrong on purpose
         assert str(err.value) == f"prompt token ids must be ints in [0, {vocab}) (the model's vocabulary), got {bad!r}"
+
+
+def _events(engine: Engine, prompt: list[int], params: SamplingParams, **kwargs: Any) -> list[Any]:
+    """Every event of a one-choice request, up to its Finished (or Failed)."""
+    events: list[Any] = []
+    done = threading.Event()
+
+    def sink(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, Finished | Failed):
+            done.set()
+
+    engine.submit(prompt, params, sink, **kwargs)
+    assert done.wait(60)
+    return events
+
+
+def test_a_choice_ended_by_its_length_sends_its_last_entries_on_its_last_piece(pretrained: Any) -> None:
+    """``max_tokens`` reached: the entries not sent yet ride on the last Piece, so that a choice's Pieces carry
+    every entry of its Finished, in order."""
+    with Engine(pretrained.model, pretrained.tokenizer, stop_ids=[]) as engine:
+        events = _events(
+            engine, pretrained.encode_prompt("A"), SamplingParams(max_tokens=3, temperature=0.0, logprobs=1)
+        )
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.reason == "length" and len(finished.logprobs) == 3
+    pieces = [e for e in events if isinstance(e, Piece)]
+    assert [entry for piece in pieces for entry in piece.logprobs] == list(finished.logprobs)
+
+
+def test_the_prompts_log_probabilities_come_first_only_when_asked_for(pretrained: Any) -> None:
+    prompt = pretrained.encode_prompt("The old owl")
+    with Engine(pretrained.model, pretrained.tokenizer, stop_ids=[]) as engine:
+        echoed = _events(engine, prompt, SamplingParams(max_tokens=0), prompt_logprobs=True)
+        plain = _events(engine, prompt, SamplingParams(max_tokens=2, temperature=0.0))
+    assert [type(e) for e in echoed] == [Prompt, Finished] and len(echoed[0].logprobs) == len(prompt)
+    assert echoed[1] == Finished(0, "length", 0, ())
+    assert Prompt not in {type(e) for e in plain} and isinstance(plain[-1], Finished)

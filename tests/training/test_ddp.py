@@ -14,7 +14,7 @@ from typing import Any
 import probed_cli
 import pytest
 import torch
-from cli_helpers import metrics_in_one_process, run_cli
+from cli_helpers import metrics_in_one_process
 
 from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.lm.module import LanguageModelDataModule
@@ -24,6 +24,7 @@ from attnkit.data.translate.config import PairsDataConfig
 from attnkit.data.translate.module import PairsDataModule
 from attnkit.tasks.translate import corpus_scores
 from attnkit.training.distributed import gather_lists
+from cli_inprocess import cli_in_process
 
 ONE_THREAD = ["trainer.threads=1", "trainer.progress_bar=false", "trainer.report=false", "trainer.accelerator=cpu"]
 TWO_PROCESSES = ["trainer.strategy=ddp", "trainer.devices=2"]
@@ -245,5 +246,5 @@ def test_reverse_learns_under_ddp_as_in_one_process(tmp_path: Path):
     assert one["test/acc"] >= 0.98
     assert ddp["test/acc"] >= 0.98
     assert abs(one["test/acc"] - ddp["test/acc"]) <= 0.02
-    bad = run_cli("test", str(tmp_path / "reverse" / "ddp"), "data.seq_len=4", check=False)
+    bad = cli_in_process("test", str(tmp_path / "reverse" / "ddp"), "data.seq_len=4")
     assert bad.returncode == 2 and "trainer.* overrides only (got data)" in bad.stderr

@@ -143,5 +143,5 @@ def test_config_errors(runs: dict) -> None:
     with pytest.raises(ConfigError, match=r"model.max_len=64 is longer than the context of model.init"):
         train("lm", output_dir=str(runs["out"]), name="long", **{**COMMON, "model.max_len": 64},
               **{"model.init": str(runs["base"].run_dir)})  # fmt: skip
-    with pytest.raises(FileNotFoundError, match=r"model.init: no lm run"):
+    with pytest.raises(FileNotFoundError, match=r"model.init: no model at .*nope: nothing is there"):
         train("lm", output_dir=str(runs["out"]), name="none", **COMMON, **{"model.init": str(runs["out"] / "nope")})

@@ -16,6 +16,7 @@ from cli_helpers import TINY_REVERSE, run_cli
 import attnkit
 from attnkit.tasks import load_run
 from attnkit.training.checkpoint import CheckpointError, load_checkpoint_file
+from cli_inprocess import cli_in_process
 
 
 def _overrides(items):
@@ -58,7 +59,7 @@ def test_cli_test_and_predict(tiny_reverse_run: Path):
     assert float(line.split()[1]) == pytest.approx(metrics["test/acc"], abs=1e-4)
     pred = run_cli("predict", str(tiny_reverse_run), "1 2 3 4 5 6 7 8").stdout.strip().split()
     assert len(pred) == 8 and all(0 <= int(p) < 10 for p in pred)
-    bad = run_cli("predict", str(tiny_reverse_run), "1 2 3", check=False)
+    bad = cli_in_process("predict", str(tiny_reverse_run), "1 2 3")
     assert bad.returncode == 2 and "trained on sequences of 8 symbols" in bad.stderr
 
 
@@ -79,12 +80,12 @@ def test_cli_lists_tasks_and_help():
 
 
 def test_cli_config_errors_exit_2(tmp_path: Path):
-    proc = run_cli("train", "reverse", "model.d_modle=3", check=False)
+    proc = cli_in_process("train", "reverse", "model.d_modle=3")
     assert proc.returncode == 2
     assert "model.d_modle: unknown key" in proc.stderr
-    proc = run_cli("train", "nosuchtask", check=False)
+    proc = cli_in_process("train", "nosuchtask")
     assert proc.returncode == 2 and "available tasks" in proc.stderr
-    printed = run_cli("train", "reverse", "--print-config", "model.d_model=64").stdout
+    printed = cli_in_process("train", "reverse", "--print-config", "model.d_model=64").stdout
     assert yaml.safe_load(printed)["model"]["d_model"] == 64
 
 
@@ -111,7 +112,7 @@ def test_truncated_and_foreign_checkpoints_are_clear_errors(tiny_reverse_run: Pa
     good = tiny_reverse_run / "checkpoints" / "best.ckpt"
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    proc = run_cli("test", str(truncated), check=False)
+    proc = cli_in_process("test", str(truncated))
     assert proc.returncode == 2 and "truncated or corrupt" in proc.stderr
 
     with pytest.raises(CheckpointError, match="not an attnkit checkpoint"):
@@ -133,7 +134,7 @@ def test_truncated_and_foreign_checkpoints_are_clear_errors(tiny_reverse_run: Pa
     with pytest.raises(CheckpointError, match="incompatible"):
         load_run(future)
 
-    with pytest.raises(CheckpointError, match="no run folder or checkpoint"):
+    with pytest.raises(CheckpointError, match=r"no model at .*nothing-here: nothing is there"):
         load_run(tmp_path / "nothing-here")
 
 
@@ -141,7 +142,7 @@ def test_resume_of_another_task_is_refused(tiny_reverse_run: Path):
     ckpt = load_checkpoint_file(tiny_reverse_run / "checkpoints" / "last.ckpt")
     ckpt["hyper_parameters"]["task"] = "classify"
     torch.save(ckpt, tiny_reverse_run / "checkpoints" / "last.ckpt")
-    proc = run_cli("train", "reverse", "--resume", str(tiny_reverse_run), check=False)
+    proc = cli_in_process("train", "reverse", "--resume", str(tiny_reverse_run))
     assert proc.returncode == 2 and "checkpoint of task 'classify', not 'reverse'" in proc.stderr
 
 

@@ -52,8 +52,8 @@ def test_a_task_needs_a_name():
 
 
 def test_the_built_in_tasks_are_registered():
-    assert sorted(TASKS) == ["anomaly", "classify", "lm", "reverse", "sft", "translate"]
-    with pytest.raises(ValueError, match="unknown task 'revers'; available tasks: anomaly, classify, lm, reverse"):
+    assert sorted(TASKS) == ["anomaly", "classify", "dpo", "grpo", "kto", "lm", "reverse", "sft", "translate"]
+    with pytest.raises(ValueError, match="unknown task 'revers'; available tasks: anomaly, classify, dpo, grpo, kto"):
         get_task("revers")
 
 

@@ -10,6 +10,7 @@ from cli_helpers import run_cli
 
 import attnkit
 from attnkit.tasks import load_run
+from cli_inprocess import cli_in_process
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False}
 
@@ -64,7 +65,7 @@ def test_anomaly_on_user_feature_file(tmp_path: Path):
 def test_anomaly_bad_feature_file_is_a_clear_error(tmp_path: Path):
     path = tmp_path / "bad.npz"
     np.savez(path, feats=np.zeros((10, 3)))
-    proc = run_cli("train", "anomaly", f"data.source={path}", "--output_dir", str(tmp_path), check=False)
+    proc = cli_in_process("train", "anomaly", f"data.source={path}", "--output_dir", str(tmp_path))
     assert proc.returncode == 2
     assert "bad.npz" in proc.stderr and "features" in proc.stderr
 
@@ -127,7 +128,7 @@ def test_classify_imdb_folder(tmp_path: Path):
 def test_classify_malformed_file_names_file_and_line(tmp_path: Path):
     path = tmp_path / "broken.jsonl"
     path.write_text('{"text": "fine", "label": "pos"}\n{"text": "oops", "label": \n')
-    proc = run_cli("train", "classify", f"data.source={path}", "--output_dir", str(tmp_path), check=False)
+    proc = cli_in_process("train", "classify", f"data.source={path}", "--output_dir", str(tmp_path))
     assert proc.returncode == 2
     assert "broken.jsonl:2" in proc.stderr
 

@@ -18,6 +18,7 @@ from attnkit.errors import CheckpointError
 from attnkit.tasks import load_run
 from attnkit.tasks.translate import corpus_scores, read_lines, translate_run, translate_texts
 from attnkit.text.tokenizers import tokenizer_from_dict
+from cli_inprocess import cli_in_process
 
 TINY = [
     "data.num_pairs=5000",
@@ -92,11 +93,11 @@ def test_cli_translate_arguments_files_and_edge_cases(run: Path, tmp_path: Path)
 def test_translate_errors(run: Path, tmp_path: Path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"seven\n" + "cañón\n".encode("latin-1"))
-    proc = run_cli("translate", str(run), "--file", str(bad), check=False)
+    proc = cli_in_process("translate", str(run), "--file", str(bad))
     assert proc.returncode == 2 and "bad.txt:2: not UTF-8" in proc.stderr
     with pytest.raises(ValueError, match="not UTF-8"):
         read_lines(bad)
-    with pytest.raises(CheckpointError, match="no run folder or checkpoint"):
+    with pytest.raises(CheckpointError, match=r"no model at .*nothing: nothing is there"):
         translate_run(tmp_path / "nothing", ["seven"])
     with pytest.raises(TypeError, match="expects a list of texts"):
         translate_texts(load_run(run).module, "seven")  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from attnkit.tasks import load_run
 from attnkit.tasks.lm import generate_text
 from attnkit.tasks.translate import translate_texts
 from attnkit.text.tokenizers import BOS_ID, EOS_ID
+from cli_inprocess import cli_in_process
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False, "trainer.max_epochs": 1}
 
@@ -223,7 +224,7 @@ def test_classify_test_data_and_predict_file(classify_run: Path, tmp_path: Path)
     table = list(attnkit.predict_file(classify_run, tmp_path / "test.csv"))
     assert len(table) == len(rows) and table[0]["row"] == 1 and table[0]["label"] in names
     (tmp_path / "other.csv").write_text("text,label\nsome text,maybe\n")
-    proc = run_cli("test", str(classify_run), "--data", str(tmp_path / "other.csv"), check=False)
+    proc = cli_in_process("test", str(classify_run), "--data", str(tmp_path / "other.csv"))
     assert proc.returncode == 2 and "'maybe'" in proc.stderr and "['neg', 'pos']" in proc.stderr
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from tune_helpers import TINY, cli
+from tune_helpers import TINY
 
 import attnkit
 from attnkit.api import build_config
@@ -14,6 +14,7 @@ from attnkit.errors import ConfigError
 from attnkit.tasks.classify import ClassifyConfig
 from attnkit.tasks.reverse import ReverseConfig
 from attnkit.tuning import load_space
+from cli_inprocess import cli_in_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reverse_space.yaml"
 
@@ -147,12 +148,12 @@ def test_timeout_before_the_first_trial_writes_empty_results(tmp_path: Path):
 
 def test_cli_reports_bad_input_with_exit_code_2(tmp_path: Path):
     space = _write(tmp_path, "optim.lr: {low: 1e-3, high: 1e-2}\nmodel.d_modle: [16, 32]\n")
-    proc = cli("tune", "reverse", "--space", str(space), "--trials", "2", f"output_dir={tmp_path}", check=False)
+    proc = cli_in_process("tune", "reverse", "--space", str(space), "--trials", "2", f"output_dir={tmp_path}")
     assert proc.returncode == 2
     assert f"error: {space}:2: model.d_modle: unknown key of the reverse config" in proc.stderr
-    proc = cli(
+    proc = cli_in_process(
         "tune", "reverse", "--space", str(EXAMPLE), "--trials", "2", "--storage", "sqlite:////no/such/folder/s.db",
-        f"output_dir={tmp_path}", check=False,
+        f"output_dir={tmp_path}",
     )  # fmt: skip
     assert proc.returncode == 2 and "cannot open storage sqlite:////no/such/folder/s.db" in proc.stderr
     assert not (tmp_path / "tune").exists()

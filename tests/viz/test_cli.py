@@ -55,8 +55,8 @@ def test_report_command(reverse_run: Path, tmp_path: Path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["plot", "attention", "no/such/run"], "no run folder or checkpoint file at no/such/run"),
-        (["report", "no/such/run"], "no run folder or checkpoint file at no/such/run"),
+        (["plot", "attention", "no/such/run"], "no model at no/such/run: nothing is there"),
+        (["report", "no/such/run"], "no model at no/such/run: nothing is there"),
         (["plot", "curves", "no/such/run"], "no run folder at no/such/run"),
         (["plot", "positional", "--out", "x.jpg"], "--out x.jpg: write a .png or .svg file"),
         (["plot", "schedule"], "give a RUN folder, or --max-iters"),

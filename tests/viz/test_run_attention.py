@@ -66,7 +66,7 @@ def test_reverse_validation_example_and_bad_inputs(reverse_run: Path):
         attention_examples(run, texts=["a b c"])
     with pytest.raises(ValueError, match="not both"):
         plot_run_attention(run, text="1 2", index=0)
-    with pytest.raises(CheckpointError, match="no run folder or checkpoint file at"):
+    with pytest.raises(CheckpointError, match=r"no model at .*no-such-run: nothing is there"):
         plot_run_attention(reverse_run.parent / "no-such-run")
 
 

@@ -10,6 +10,8 @@ Lightning.
   :func:`evaluate`, :func:`predict`, :func:`predict_file`, :func:`load_run`.
 - Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`;
   conversations (:mod:`attnkit.api.chat`): :class:`ChatSession`, :class:`Reply`.
+- Looking inside a decoder (:mod:`attnkit.api.inspecting`): :func:`inspect_lens`, :func:`inspect_attribution`,
+  :func:`inspect_patch`, :func:`inspect_heads`, :func:`inspect_figure`.
 - Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
 - Models (:mod:`attnkit.api.models`): :func:`load_model` (any run or model folder, to generate and
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
     from attnkit.api.exploring import explore
     from attnkit.api.generation import generate, read_lines, translate
+    from attnkit.api.inspecting import inspect_attribution, inspect_figure, inspect_heads, inspect_lens, inspect_patch
     from attnkit.api.models import Exported, export, import_model, load_model
     from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
     from attnkit.api.runs import (
@@ -60,6 +63,11 @@ HOMES = {
     "generate": "attnkit.api.generation",
     "translate": "attnkit.api.generation",
     "read_lines": "attnkit.api.generation",
+    "inspect_lens": "attnkit.api.inspecting",
+    "inspect_attribution": "attnkit.api.inspecting",
+    "inspect_patch": "attnkit.api.inspecting",
+    "inspect_heads": "attnkit.api.inspecting",
+    "inspect_figure": "attnkit.api.inspecting",
     "plot_attention": "attnkit.api.plots",
     "plot_positional": "attnkit.api.plots",
     "plot_schedule": "attnkit.api.plots",
@@ -93,6 +101,11 @@ __all__ = [
     "harness_json",
     "harness_table",
     "import_model",
+    "inspect_attribution",
+    "inspect_figure",
+    "inspect_heads",
+    "inspect_lens",
+    "inspect_patch",
     "list_tasks",
     "load_model",
     "load_run",

@@ -12,8 +12,8 @@ from attnkit.data.sft.artifacts import chat_of, write_chat_files
 from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained, export_hf, load_pretrained, plain_model, save_model
 from attnkit.interop import import_model as _convert
-from attnkit.interop.export import INFO_FILE
 from attnkit.tasks import load_model, load_run
+from attnkit.training.resolve import resolve_model
 
 __all__ = ["Exported", "export", "import_model", "load_model"]
 
@@ -33,8 +33,9 @@ def export(run: str | Path, out: str | Path, *, format: str = "attnkit", merge: 
 
     ``format="attnkit"``: ``model.safetensors`` + ``attnkit.json`` with the run's task and data
     artifacts (:func:`attnkit.interop.load_model` loads it back bit-exactly). ``format="hf"``: ``run``
-    is an ``lm`` run or an attnkit model folder of a language model, written as a Hugging Face
-    llama / mistral / qwen2 or gpt2 folder (:func:`attnkit.interop.export_hf`). A LoRA run needs
+    is an ``lm`` or ``sft`` run or a model folder (attnkit's or Hugging Face's) of a language model,
+    written as a Hugging Face folder of the family that expresses it (:func:`attnkit.interop.export_hf`).
+    What ``run`` is: :func:`attnkit.training.resolve.resolve_model`. A LoRA run needs
     ``merge=True``: its adapters are folded into the base weights (:func:`attnkit.interop.plain_model`).
     """
     if format == "hf":
@@ -53,13 +54,14 @@ def export(run: str | Path, out: str | Path, *, format: str = "attnkit", merge: 
 
 
 def _export_hf(run: str | Path, out: str | Path, merge: bool) -> Exported:
-    if (Path(run) / INFO_FILE).is_file():
-        pretrained = load_pretrained(run)
+    resolved = resolve_model(run)
+    if resolved.is_model_folder:
+        pretrained = load_pretrained(resolved.path)
         return Exported(str(run), Path(out), export_hf(pretrained.model, out, pretrained.tokenizer))
-    loaded = load_run(run)
-    if loaded.task.name not in ("lm", "sft"):
+    loaded = load_run(resolved)
+    if loaded.task.name not in ("lm", "sft", "dpo", "kto"):
         raise ConfigError(
-            f"{run} is a {loaded.task.name!r} run; only lm and sft runs export as Hugging Face checkpoints"
+            f"{run} is a {loaded.task.name!r} run; only lm, sft, dpo and kto runs export as Hugging Face checkpoints"
         )
     tokenizer = tokenizer_of(loaded.hparams.get("artifacts") or {})
     model = plain_model(loaded.module.model, merge=merge, source=run)

@@ -14,6 +14,7 @@ from attnkit.config import ConfigError, expand_dotted, load_yaml, merge
 from attnkit.tasks import build_config, get_task, load_run
 from attnkit.training.runner import TrainResult, fit
 from attnkit.training.runner import evaluate as evaluate_run
+from attnkit.training.trackers import log_run_files
 from attnkit.viz.report import write_report
 
 __all__ = [
@@ -52,6 +53,7 @@ def train(
     result = fit(get_task(task), cfg, resume=resume, callbacks=callbacks)
     if cfg.trainer.report and result.is_global_zero:
         write_report_or_warn(result.run_dir)
+        log_run_files(result.run_dir, [result.run_dir / "report.html"])  # to the run's trackers (trainer.loggers)
     return result
 
 

@@ -7,7 +7,7 @@ generation (``generate``, ``translate``, ``chat``), plots (``plot ...``, ``repor
 ``export``), benchmarks (``eval``) and tuning (``tune``). Nothing here imports torch or Lightning at start-up.
 """
 
-from attnkit.cli import chat, evaluation, explore, generation, models, plots, runs, serve, tuning  # noqa: F401  (each registers its commands)
+from attnkit.cli import chat, evaluation, explore, generation, inspect, models, plots, runs, serve, tuning  # noqa: F401  (each registers its commands)
 from attnkit.cli.common import main
 
 __all__ = ["main"]

@@ -1,11 +1,11 @@
 """Writing an attnkit :class:`LanguageModel` as a Hugging Face folder that ``transformers`` loads.
 
 :func:`export_hf` writes ``config.json``, ``model.safetensors`` and, with a tokenizer,
-``tokenizer.json`` + ``tokenizer_config.json``: a Llama-family model (rotary positions, RMSNorm,
-SwiGLU) as ``llama`` (``mistral`` with a sliding window, ``qwen2`` with q/k/v biases), a GPT-2-style
-one (learned positions, LayerNorm) as ``gpt2``. ``transformers.AutoModelForCausalLM.from_pretrained``
-and ``AutoTokenizer.from_pretrained`` load the folder; :func:`attnkit.interop.load_pretrained`
-loads it back. A config either family cannot express is an error that lists what cannot be.
+``tokenizer.json`` + ``tokenizer_config.json``, as the checkpoint family the model's config belongs to
+(:func:`attnkit.interop.family.export_family`: among the registered families that claim the config, the
+first that can express it). ``transformers.AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` load the folder; :func:`attnkit.interop.load_pretrained` loads it
+back. A config no family can express is an error that lists what cannot be.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from tokenizers import processors
 from torch import nn
 
 from attnkit.errors import ConfigError
-from attnkit.interop.gpt2 import gpt2_problems, gpt2_rules, hf_gpt2_config
-from attnkit.interop.llama import hf_llama_config, llama_family, llama_problems, llama_rules
+from attnkit.interop.family import export_family, families
 from attnkit.interop.weights import export_state_dict
 from attnkit.models import LanguageModel
 from attnkit.text.tokenizer_kinds import kind_names
@@ -29,40 +28,27 @@ from attnkit.text.tokenizers import BOS, BOS_ID, EOS, PAD, UNK, Tokenizer
 
 __all__ = ["export_hf", "hf_tokenizer"]
 
-# The prefix of every tensor but lm_head in GPT2LMHeadModel / LlamaForCausalLM files.
-_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen2": "model."}
 
-
-def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None) -> str:
+def export_hf(
+    model: nn.Module, folder: str | Path, tokenizer: Any | None = None, *, model_type: str | None = None
+) -> str:
     """Write ``model`` (a :class:`LanguageModel`) and ``tokenizer`` (an attnkit
     :class:`~attnkit.text.tokenizers.Tokenizer` of kind pretrained, char, word or bpe; optional) to
-    ``folder`` as a Hugging Face checkpoint; returns the ``model_type`` written. Weights are
-    float32; tied weights are stored once."""
+    ``folder`` as a Hugging Face checkpoint; returns the ``model_type`` written: ``model_type`` (a
+    registered family that exports) where given, else the family of the config
+    (:func:`~attnkit.interop.family.export_family`). Weights are float32; tied weights are stored once."""
     if not isinstance(model, LanguageModel):
+        decoders = ", ".join(f.title for f in families().values() if f.hf_config is not None)
         raise ConfigError(
-            f"only language models (lm runs, imported GPT-2 / Llama-family models) export as Hugging Face "
+            f"only language models (lm runs, imported {decoders} models) export as Hugging Face "
             f"checkpoints; this is a {type(model).__name__}"
         )
     config = model.config
-    llama_like = config.positional == "rotary" or config.norm == "rmsnorm" or config.activation == "swiglu"
-    if llama_like:
-        problems, model_type = llama_problems(config), llama_family(config)
-    else:
-        problems, model_type = gpt2_problems(config), "gpt2"
-    if problems:
-        target = "a Llama-family (llama/mistral/qwen2)" if llama_like else "a GPT-2"
-        raise ConfigError(
-            f"this model cannot be written as {target} Hugging Face checkpoint: "
-            + "; ".join(problems)
-            + ". Llama-family models need positional='rotary', norm='rmsnorm', activation='swiglu', bias=false; "
-            "GPT-2 models positional='learned', norm='layernorm', bias=true"
-        )
-    if model_type == "gpt2":
-        hf, rules = hf_gpt2_config(config), gpt2_rules(config)
-    else:
-        hf, rules = hf_llama_config(config, model_type), llama_rules(config)
+    family = export_family(config, model_type)
+    assert family.hf_config is not None  # (export_family returns a family that exports)
+    hf, rules = family.hf_config(config), family.rules(config)
     tensors = export_state_dict({k: v.float() for k, v in model.state_dict().items()}, rules)
-    prefix = _PREFIX[model_type]
+    prefix = family.prefix
     tensors = {(name if name == "lm_head.weight" else prefix + name): t for name, t in tensors.items()}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +60,7 @@ def export_hf(model: nn.Module, folder: str | Path, tokenizer: Any | None = None
         options = json.loads(options_file.read_text())
         options |= {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config.max_len}
         options_file.write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
-    return model_type
+    return family.model_type
 
 
 def hf_tokenizer(tokenizer: Any) -> Tokenizer:

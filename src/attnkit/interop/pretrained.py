@@ -1,5 +1,6 @@
-"""Loading pretrained models from local folders: Hugging Face BERT, GPT-2, Llama, Mistral and Qwen2
-folders, and attnkit model folders (written by ``attnkit import`` / ``attnkit export``)."""
+"""Loading pretrained models from local folders: Hugging Face folders of the registered checkpoint
+families (:data:`attnkit.interop.family.FAMILIES`), and attnkit model folders (written by
+``attnkit import`` / ``attnkit export``)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from torch import Tensor, nn
 
 from attnkit.data.collate import pad_sequences
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.interop.bert import bert_config, bert_ignored, bert_rules, normalize_bert_names
 from attnkit.interop.export import INFO_FILE, MODEL_FILE, check_files, load_model, read_model_info, save_model
-from attnkit.interop.gpt2 import gpt2_config, gpt2_ignored, gpt2_rules, normalize_gpt2_names
-from attnkit.interop.llama import llama_config, llama_ignored, llama_rules, normalize_llama_names
+from attnkit.interop.family import Family, Reading, SupportedTypes, encoder_titles, family_of
 from attnkit.interop.weights import convert_state_dict, load_weights, weight_names
-from attnkit.models import BertClassifier, BertConfig, BertEncoder, LanguageModel, LanguageModelConfig
+from attnkit.models import BertClassifier, BertConfig, BertEncoder, LanguageModel
 from attnkit.text.chat import ChatTemplate, encode_chat, eos_token_ids, read_generation_config
 from attnkit.text.chat import stop_ids as chat_stop_ids
 from attnkit.text.chat import stop_strings as chat_stop_strings
@@ -38,21 +37,16 @@ __all__ = [
     "pretrained_tokenizer",
 ]
 
-SUPPORTED_MODEL_TYPES = {
-    "bert": "BERT encoders (BertModel, BertForMaskedLM, BertForPreTraining, ...; task heads are left out)",
-    "gpt2": "GPT-2 decoders (GPT2LMHeadModel, GPT2Model)",
-    "llama": "Llama decoders (LlamaForCausalLM, LlamaModel)",
-    "mistral": "Mistral decoders (MistralForCausalLM, MistralModel)",
-    "qwen2": "Qwen2 decoders (Qwen2ForCausalLM, Qwen2Model)",
-}
+SUPPORTED_MODEL_TYPES = SupportedTypes()
+"""``{model_type: what it loads}`` of every registered checkpoint family (a live view)."""
 
 
 @dataclass
 class Pretrained:
     """A model loaded by :func:`load_pretrained` (in eval mode), with its tokenizer.
 
-    ``name`` is the model's attnkit registry name: ``"bert"`` (:class:`BertEncoder`) or ``"lm"``
-    (:class:`LanguageModel`) for Hugging Face folders, any registered model for attnkit folders.
+    ``name`` is the model's attnkit registry name: its family's (``"bert"``: :class:`BertEncoder`, ``"lm"``:
+    :class:`LanguageModel`) for Hugging Face folders, any registered model for attnkit folders.
     ``info`` is the folder's ``config.json`` (Hugging Face) or ``attnkit.json``. ``chat_template``: the
     folder's chat template (``None``: it has none, and :meth:`chat` uses :meth:`ChatTemplate.default`);
     ``generation_config``: its ``generation_config.json`` (``{}`` when absent).
@@ -89,7 +83,7 @@ class Pretrained:
         if isinstance(self.model, BertClassifier):
             return self.model.bert
         if not isinstance(self.model, BertEncoder):
-            raise TypeError(f"{self.source} holds a {type(self.model).__name__}, not a BERT-family encoder")
+            raise TypeError(f"{self.source} holds a {type(self.model).__name__}, not a {encoder_titles()} encoder")
         return self.model
 
     @torch.no_grad()
@@ -226,9 +220,9 @@ def load_pretrained(path: str | Path) -> Pretrained:
 
     A Hugging Face folder (``config.json``, ``model.safetensors``, shards listed by
     ``model.safetensors.index.json`` or ``pytorch_model.bin``, and ``tokenizer.json`` or
-    ``vocab.txt`` / ``vocab.json`` + ``merges.txt``) of a supported ``model_type``
-    (:data:`SUPPORTED_MODEL_TYPES`) is converted: BERT to :class:`BertEncoder`, GPT-2, Llama,
-    Mistral and Qwen2 to :class:`LanguageModel`; every tensor is mapped by name, and a missing, unexpected or
+    ``vocab.json`` + ``merges.txt``) of a supported ``model_type`` (:data:`SUPPORTED_MODEL_TYPES`, the
+    registered families) is converted by its family: encoders to :class:`BertEncoder`, decoders to
+    :class:`LanguageModel`; every tensor is mapped by name, and a missing, unexpected or
     mis-shaped tensor is an error that names it. An attnkit model folder (``attnkit.json``) is
     loaded as it was saved. Weights are read without running pickled code (safetensors, or
     ``torch.load(weights_only=True)``), into float32 models.
@@ -241,32 +235,19 @@ def load_pretrained(path: str | Path) -> Pretrained:
         return Pretrained(
             load_model(folder), info["model"]["name"], tokenizer, folder, info, *_chat_files(folder, tokenizer)
         )
-    hf = _hf_config(folder)
+    hf, family = _hf_config(folder)
     tokenizer = _hf_tokenizer(folder)
     tensors, weights_file = load_weights(folder)
     source = str(weights_file)
-    model: nn.Module
-    if hf["model_type"] == "bert":
-        tensors = normalize_bert_names(tensors)
-        bert_cfg = bert_config(hf, pooler="pooler.dense.weight" in tensors, source=str(folder / "config.json"))
-        model, name = BertEncoder(bert_cfg), "bert"
-        state = convert_state_dict(tensors, bert_rules(bert_cfg), model, ignore=bert_ignored, source=source)
-    elif hf["model_type"] == "gpt2":
-        tensors = normalize_gpt2_names(tensors)
-        eos = tokenizer.eos_id if tokenizer is not None else None
-        lm_cfg = gpt2_config(hf, eos_id=eos, source=str(folder / "config.json"))
-        model, name = LanguageModel(lm_cfg), "lm"
-        ignore = _tied_head(tensors, lm_cfg, "wte.weight", gpt2_ignored, source)
-        state = convert_state_dict(tensors, gpt2_rules(lm_cfg), model, ignore=ignore, source=source)
-    else:
-        tensors = normalize_llama_names(tensors)
-        bos, eos = (tokenizer.bos_id, tokenizer.eos_id) if tokenizer is not None else (None, None)
-        lm_cfg = llama_config(hf, bos_id=bos, eos_id=eos, source=str(folder / "config.json"))
-        model, name = LanguageModel(lm_cfg), "lm"
-        ignore = _tied_head(tensors, lm_cfg, "embed_tokens.weight", llama_ignored, source)
-        state = convert_state_dict(tensors, llama_rules(lm_cfg), model, ignore=ignore, source=source)
+    tensors = family.normalize(tensors)
+    bos, eos = (tokenizer.bos_id, tokenizer.eos_id) if tokenizer is not None else (None, None)
+    config = family.config(hf, Reading(str(folder / "config.json"), frozenset(tensors), bos, eos))
+    model = family.build(config)
+    ignore = _tied_head(tensors, config, family, source)
+    state = convert_state_dict(tensors, family.rules(config), model, ignore=ignore, source=source)
+    name = family.model
     model.load_state_dict(state, strict=True)
-    vocab_size = model.config.vocab_size
+    vocab_size = config.vocab_size
     if tokenizer is not None and tokenizer.vocab_size > vocab_size:
         raise ConfigError(
             f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size}"
@@ -280,16 +261,11 @@ def _chat_files(folder: Path, tokenizer: Any) -> tuple[ChatTemplate | None, dict
     return template, read_generation_config(folder)
 
 
-def _tied_head(
-    tensors: dict[str, Tensor],
-    config: LanguageModelConfig,
-    embedding: str,
-    ignored: Callable[[str], bool],
-    source: str,
-) -> Callable[[str], bool]:
-    """The ``ignore`` of a decoder file: with tied weights a stored ``lm_head.weight`` must equal the
-    token embedding ``embedding`` and is then left out."""
-    if not (config.tie_weights and "lm_head.weight" in tensors):
+def _tied_head(tensors: dict[str, Tensor], config: Any, family: Family, source: str) -> Callable[[str], bool]:
+    """The ``ignore`` of a family's file: with tied weights (a decoder's ``tie_weights``) a stored
+    ``lm_head.weight`` must equal the family's token embedding and is then left out."""
+    ignored, embedding = family.ignored, family.embedding
+    if embedding is None or not (getattr(config, "tie_weights", False) and "lm_head.weight" in tensors):
         return ignored
     if not torch.equal(tensors["lm_head.weight"], tensors.get(embedding, torch.empty(0))):
         raise CheckpointError(
@@ -350,13 +326,15 @@ def pretrained_encoder_config(path: str | Path) -> BertConfig:
     if (folder / INFO_FILE).is_file():
         model = read_model_info(folder)["model"]
         if model["name"] not in ("bert", "bert_classifier"):
-            raise ConfigError(f"{folder} holds a {model['name']!r} model, not a BERT-family encoder")
+            raise ConfigError(f"{folder} holds a {model['name']!r} model, not a {encoder_titles()} encoder")
         return BertConfig(**{k: v for k, v in model["config"].items() if k in BertConfig.model_fields})
-    hf = _hf_config(folder)
-    if hf["model_type"] != "bert":
-        raise ConfigError(f"{folder} holds a {hf['model_type']!r} model, not a BERT-family encoder")
-    names = normalize_bert_names(dict.fromkeys(weight_names(folder)))
-    return bert_config(hf, pooler="pooler.dense.weight" in names, source=str(folder / "config.json"))
+    hf, family = _hf_config(folder)
+    if not family.encoder:
+        raise ConfigError(f"{folder} holds a {hf['model_type']!r} model, not a {encoder_titles()} encoder")
+    names = family.normalize(dict.fromkeys(weight_names(folder)))
+    config = family.config(hf, Reading(str(folder / "config.json"), frozenset(names)))
+    assert isinstance(config, BertConfig)
+    return config
 
 
 def load_encoder(path: str | Path) -> BertEncoder:
@@ -380,7 +358,8 @@ def _folder(path: str | Path) -> Path:
     return folder
 
 
-def _hf_config(folder: Path) -> dict[str, Any]:
+def _hf_config(folder: Path) -> tuple[dict[str, Any], Family]:
+    """The folder's ``config.json`` and its family."""
     path = folder / "config.json"
     try:
         hf = json.loads(path.read_text())
@@ -388,13 +367,7 @@ def _hf_config(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid JSON: {err}") from None
     if not isinstance(hf, dict):
         raise ConfigError(f"{path} must hold a JSON object")
-    model_type = hf.get("model_type")
-    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
-        archs = hf.get("architectures")
-        archs = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else "no architectures listed"
-        supported = "; ".join(f"{k}: {v}" for k, v in SUPPORTED_MODEL_TYPES.items())
-        raise ConfigError(f"{path}: model_type {model_type!r} ({archs}) is not supported. Supported: {supported}")
-    return hf
+    return hf, family_of(hf, str(path))
 
 
 def _hf_tokenizer(folder: Path) -> Tokenizer | None:

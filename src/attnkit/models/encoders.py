@@ -12,6 +12,7 @@ from attnkit.models.checks import check_ids
 from attnkit.models.config import EncoderConfig, OneOf
 from attnkit.models.registry import register_model
 from attnkit.nn import POSITIONS, TransformerEncoder, embedding_positions
+from attnkit.nn.hooks import HookPoint, embed_positions
 
 __all__ = [
     "ClassifierArchitecture",
@@ -70,6 +71,7 @@ class TransformerPredictor(nn.Module):
             self.input_net = nn.Sequential(nn.Dropout(config.input_dropout), nn.Linear(config.input_dim, d))
         spec = config.stack_spec(positional=config.positional, max_len=config.max_len)
         self.positional = embedding_positions(spec)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()  # the input network's output, the positions
         self.encoder = TransformerEncoder(spec)
         self.output_net = nn.Sequential(
             nn.Linear(d, d),
@@ -88,8 +90,8 @@ class TransformerPredictor(nn.Module):
             check_ids(x, cfg.vocab_size)
         elif x.dim() != 3 or x.shape[-1] != cfg.input_dim:
             raise ValueError(f"expected features [batch, seq, {cfg.input_dim}], got shape {tuple(x.shape)}")
-        h = self.input_net(x)
-        return self.positional.add(h) if self.positional is not None else h
+        h = self.hook_embed(self.input_net(x))
+        return embed_positions(h, self.positional.add, self.hook_pos_embed) if self.positional is not None else h
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """``key_padding_mask [B, T]``: True at real elements."""
@@ -143,6 +145,7 @@ class SequenceClassifier(nn.Module):
         spec = config.stack_spec(positional=config.positional, max_len=config.max_len + extra)
         self.positional = embedding_positions(spec)
         self.cls = nn.Parameter(torch.randn(1, 1, d) * d**-0.5) if config.pooling == "cls" else None
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()  # token embeddings ([CLS] first), positions
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = TransformerEncoder(spec)
         self.head = nn.Linear(d, config.num_classes)
@@ -165,8 +168,9 @@ class SequenceClassifier(nn.Module):
         if self.cls is not None:
             h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)
             mask = torch.cat([mask.new_ones(mask.shape[0], 1), mask], dim=1)
+        h = self.hook_embed(h)
         if self.positional is not None:
-            h = self.positional.add(h)
+            h = embed_positions(h, self.positional.add, self.hook_pos_embed)
         h = self.dropout(h)
         if need_weights:
             h, maps = self.encoder.forward_with_attention(h, key_padding_mask=mask)

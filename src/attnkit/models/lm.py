@@ -39,6 +39,7 @@ from attnkit.nn import (
     linear_cross_entropy,
     positions_from_padding_mask,
 )
+from attnkit.nn.hooks import HookPoint, embed_positions
 
 __all__ = ["PRESETS", "LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
 
@@ -78,6 +79,9 @@ class LanguageModel(nn.Module):
         nn.init.normal_(self.token_embedding.weight, mean=0.0, std=0.02)
         spec = c.stack_spec()
         self.positional = embedding_positions(spec)
+        self.hook_embed = HookPoint()  # the token embeddings (attnkit.nn.hooks: every activation is hookable)
+        if self.positional is not None:
+            self.hook_pos_embed = HookPoint()  # the position encoding added to them
         self.dropout = nn.Dropout(c.dropout)
         self.decoder = TransformerDecoder(spec)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -117,9 +121,9 @@ class LanguageModel(nn.Module):
             if cache is not None or key_padding_mask is not None or document_ids.shape != ids.shape:
                 raise ValueError(f"document_ids must be [B, T]={list(ids.shape)}, without cache or key_padding_mask")
             mask, positions = document_mask(document_ids), document_positions(document_ids)
-        h = self.token_embedding(ids)
-        if self.positional is not None:
-            h = self.positional.add(h, offset, positions)
+        h = self.hook_embed(self.token_embedding(ids))
+        if (pos := self.positional) is not None:
+            h = embed_positions(h, lambda t: pos.add(t, offset, positions), self.hook_pos_embed)
         h = self.dropout(h)
         kwargs: dict[str, Any] = dict(
             tgt_mask=mask, tgt_key_padding_mask=key_padding_mask, tgt_is_causal=True, cache=cache, positions=positions

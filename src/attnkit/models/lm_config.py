@@ -89,9 +89,9 @@ class LanguageModelArchitecture(EncoderConfig):
     vocabulary from their data.
 
     ``preset`` (``"gpt2"``, ``"llama"``, ``"mistral"``, ``"qwen2"``) sets the family's fields
-    (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) wherever they are
-    left at their defaults; fields given other values keep them. :meth:`from_preset` does the same
-    from Python.
+    (:data:`PRESETS`: norm, activation, positions, biases, tied head, sliding window) that are not given;
+    a field given keeps its value, even its class default (``preset="llama", tie_weights=True`` stays
+    tied). :meth:`from_preset` does the same from Python.
     """
 
     field_overrides: ClassVar[dict[str, Any]] = {"num_layers": 4, "activation": "gelu", "norm_first": True}
@@ -105,6 +105,7 @@ class LanguageModelArchitecture(EncoderConfig):
     tie_weights: bool = Field(True, description="lm_head shares its weight with token_embedding")
     bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
     qkv_bias: bool | None = Field(None, description="biases in the q/k/v projections (None = follow bias)")
+    qk_norm: bool = Field(False, description="a norm over each query and key head before rotary positions")
     layer_norm_eps: float = Field(1e-5, gt=0.0)
     num_kv_heads: int | None = Field(
         None, gt=0, description="key/value heads (grouped-query attention): None = num_heads, 1 = multi-query"
@@ -123,12 +124,9 @@ class LanguageModelArchitecture(EncoderConfig):
         name = data["preset"]
         if not isinstance(name, str) or name not in PRESETS:  # (a list is unhashable)
             return data  # the field's own validation names the choices
-        out = dict(data)
-        for key, value in PRESETS[name].items():
-            field = cls.model_fields[key]
-            if key not in out or out[key] == field.default:
-                out[key] = value
-        return out
+        # The preset fills the fields not given, i.e. not keys of the input (what pydantic records as the
+        # model's model_fields_set); a field given its own class default keeps it (tie_weights=True with llama).
+        return {**PRESETS[name], **data}
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> Self:
@@ -160,6 +158,7 @@ class LanguageModelArchitecture(EncoderConfig):
             norm=self.norm,
             num_kv_heads=self.num_kv_heads,
             qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
             positional=self.positional,
             max_len=self.max_len,
             rope_theta=self.rope_theta,

@@ -22,6 +22,7 @@ from attnkit.models.config import EncoderConfig, OneOf
 from attnkit.models.generation import Hypotheses, beam_search, greedy_decode, length_normalized, log_probs
 from attnkit.models.registry import register_model
 from attnkit.nn import POSITIONS, DecoderCache, TransformerDecoder, TransformerEncoder, embedding_positions
+from attnkit.nn.hooks import HookPoint
 
 __all__ = [
     "Hypotheses",
@@ -113,6 +114,7 @@ class Seq2SeqTransformer(nn.Module):
         self.src_positional = embedding_positions(spec)
         self.tgt_positional = embedding_positions(spec)
         self.dropout = nn.Dropout(config.dropout)
+        self.hook_src_embed, self.hook_tgt_embed = HookPoint(), HookPoint()  # scaled embeddings plus positions
         self.encoder = TransformerEncoder(spec)
         self.decoder = TransformerDecoder(dataclasses.replace(spec, num_layers=config.decoder_layers))
         self.output = nn.Linear(d, config.tgt_vocab_size, bias=False)
@@ -166,7 +168,8 @@ class Seq2SeqTransformer(nn.Module):
             self.tgt_embedding, self.tgt_positional,
         )  # fmt: skip
         h = emb(ids) * self.embed_scale
-        return self.dropout(pos.add(h, offset) if pos is not None else h)
+        hook = self.hook_src_embed if side == "source" else self.hook_tgt_embed
+        return self.dropout(hook(pos.add(h, offset) if pos is not None else h))
 
     def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         """``src [B, Ts]`` -> encoder output (the memory) ``[B, Ts, D]``.

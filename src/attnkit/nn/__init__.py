@@ -9,6 +9,7 @@ mean **True = may attend**. Blocks and stacks are built from specs (:class:`Bloc
 from attnkit.nn.attention import KVCache, MultiHeadAttention, attend, scaled_dot_product_attention
 from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock, LayerCache
 from attnkit.nn.feedforward import ACTIVATIONS, ActivationKind, FeedForward
+from attnkit.nn.hooks import ActivationCache, HookPoint, hook_points, run_with_cache
 from attnkit.nn.losses import IGNORE_INDEX, linear_cross_entropy
 from attnkit.nn.masks import (
     PreparedAttention,
@@ -46,12 +47,14 @@ __all__ = [
     "IGNORE_INDEX",
     "NORMS",
     "POSITIONS",
+    "ActivationCache",
     "ActivationKind",
     "BlockSpec",
     "DecoderBlock",
     "DecoderCache",
     "EncoderBlock",
     "FeedForward",
+    "HookPoint",
     "KVCache",
     "LayerCache",
     "LearnedPositionalEncoding",
@@ -78,6 +81,7 @@ __all__ = [
     "embedding_positions",
     "expand_attention_mask",
     "finalize_mask",
+    "hook_points",
     "linear_cross_entropy",
     "make_norm",
     "padding_mask",
@@ -85,6 +89,7 @@ __all__ = [
     "positions_from_padding_mask",
     "prepare_attention",
     "rope_inv_freq",
+    "run_with_cache",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

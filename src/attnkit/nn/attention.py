@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.nn.hooks import HookPoint, through_heads
 from attnkit.nn.masks import (
     PreparedAttention,
     check_bool_mask,
@@ -89,16 +90,17 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
+    hooks: tuple[HookPoint, HookPoint] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Attention with an already validated :class:`PreparedAttention` (shapes as
-    :func:`scaled_dot_product_attention`, which validates its arguments and calls this)."""
+    """Attention with a validated :class:`PreparedAttention` (shapes as :func:`scaled_dot_product_attention`, which
+    calls this); ``hooks``: the scores' and the pattern's hook points (hooked: the weights are computed)."""
     mask = prepared.mask
     if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)  # an additive mask follows the queries' dtype (e.g. under autocast)
     grouped = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
     if grouped and q.shape[-3] % k.shape[-3]:
         raise ValueError(f"{k.shape[-3]} key/value heads must divide {q.shape[-3]} query heads")
-    if not need_weights:
+    if not need_weights and not (hooks is not None and (hooks[0].fns or hooks[1].fns)):
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -115,6 +117,8 @@ def attend(
             repeats = q.shape[-3] // k.shape[-3]
             k = k.repeat_interleave(repeats, dim=-3)
             v = v.repeat_interleave(repeats, dim=-3)
+        if prepared.is_causal:  # causality left to the fused kernel (Tq == Tk): made explicit
+            mask = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).tril()
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         # In place on the fresh [..., Tq, Tk] scores (autograd needs neither op's input): saves
         # two allocations and passes over the largest tensor here; the values are the same.
@@ -124,7 +128,8 @@ def attend(
                 scores.masked_fill_(~mask, masked_fill_value(scores.dtype))
             else:
                 scores = scores + mask
-        weights = torch.softmax(scores, dim=-1)
+        weights = torch.softmax(scores if hooks is None else hooks[0](scores), dim=-1)
+        weights = weights if hooks is None else hooks[1](weights)
         probs = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
         out = torch.matmul(probs.to(v.dtype), v)
 
@@ -259,6 +264,8 @@ class MultiHeadAttention(nn.Module):
             has ``qkv_bias=True, bias=False``).
         dropout: dropout on the attention weights (training only).
         rotary: a :class:`RotaryEmbedding` applied to queries and keys in self-attention.
+        q_norm, k_norm: norms over ``head_dim`` applied to each head of the queries / keys (newly
+            computed ones) before the rotary embedding (a per-head RMSNorm: QK-norm); ``None``: none.
 
     Parameters: ``in_proj`` (``embed_dim`` -> ``(H + 2 Hkv) * head_dim``: the rows of ``Wq``, then ``Wk``,
     then ``Wv``, heads contiguous inside each) when ``kdim == vdim == embed_dim``, else ``q_proj``,
@@ -278,6 +285,8 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool | None = None,
         dropout: float = 0.0,
         rotary: RotaryEmbedding | None = None,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -309,6 +318,10 @@ class MultiHeadAttention(nn.Module):
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = dropout
         self.rotary = rotary
+        self.q_norm = q_norm
+        self.k_norm = k_norm
+        self.hook_q, self.hook_k, self.hook_v, self.hook_z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
+        self.hook_rot_q, self.hook_rot_k, self.hook_attn_scores, self.hook_pattern = (HookPoint() for _ in range(4))
         inner = num_heads * head_dim
         kv_inner = num_kv_heads * head_dim
         self._sizes = [inner, kv_inner, kv_inner]
@@ -416,6 +429,12 @@ class MultiHeadAttention(nn.Module):
                     k = self._heads(self.k_proj(memory), batch, m_len, self.num_kv_heads)
                     v = self._heads(self.v_proj(memory), batch, m_len, self.num_kv_heads)
 
+        q = through_heads(self.hook_q, q)  # hooks see [B, T, H, hd]; a reused static cache holds hooked keys
+        k, v = (k, v) if reuse_static else (through_heads(self.hook_k, k), through_heads(self.hook_v, v))
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None and not reuse_static:  # (a reused static cache holds normed keys)
+            k = self.k_norm(k)
         is_self = memory is None and not reuse_static
         if is_self and prepared is not None and prepared.rope is not None:
             cos, sin = prepared.rope
@@ -424,6 +443,8 @@ class MultiHeadAttention(nn.Module):
             offset = cache.length if cache is not None else 0
             q = self.rotary(q, offset=offset)
             k = self.rotary(k, offset=offset)
+        if is_self and self.rotary is not None:  # (a stack's prepared rope comes with its rotary embedding)
+            q, k = through_heads(self.hook_rot_q, q), through_heads(self.hook_rot_k, k)
         if cache is not None:
             if cache.static:
                 if not reuse_static:
@@ -449,10 +470,9 @@ class MultiHeadAttention(nn.Module):
                 dtype=q.dtype,
                 device=q.device,
             )
-        out, weights = attend(
-            q, k, v, prepared, dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights
-        )
-        out = out.transpose(1, 2).reshape(batch, q_len, self._sizes[0])
+        p, hooks = (self.dropout if self.training else 0.0), (self.hook_attn_scores, self.hook_pattern)
+        out, weights = attend(q, k, v, prepared, dropout_p=p, need_weights=need_weights, hooks=hooks)
+        out = self.hook_z(out.transpose(1, 2)).reshape(batch, q_len, self._sizes[0])
         return self.out_proj(out), weights
 
     def _heads(self, projected: Tensor, batch: int, length: int, heads: int) -> Tensor:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention
 from attnkit.nn.feedforward import FeedForward
+from attnkit.nn.hooks import HookPoint
 from attnkit.nn.masks import PreparedAttention
 from attnkit.nn.normalization import make_norm
 from attnkit.nn.positional import RotaryEmbedding
@@ -32,7 +33,14 @@ def _attention(spec: BlockSpec, rotary: RotaryEmbedding | None) -> MultiHeadAtte
         qkv_bias=spec.qkv_bias,
         dropout=spec.dropout,
         rotary=rotary,
+        q_norm=_head_norm(spec) if spec.qk_norm else None,
+        k_norm=_head_norm(spec) if spec.qk_norm else None,
     )
+
+
+def _head_norm(spec: BlockSpec) -> nn.Module:
+    """A norm over one head's width (``qk_norm``)."""
+    return make_norm(spec.norm, spec.attention_head_dim, eps=spec.layer_norm_eps, bias=spec.bias)
 
 
 def _feedforward(spec: BlockSpec) -> FeedForward:
@@ -61,6 +69,8 @@ class EncoderBlock(nn.Module):
         self.norm2 = _norm(spec)
         self.dropout1 = nn.Dropout(spec.dropout)
         self.dropout2 = nn.Dropout(spec.dropout)
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -81,15 +91,16 @@ class EncoderBlock(nn.Module):
         masks: dict[str, Any] = dict(
             attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, prepared=prepared
         )
+        x = self.hook_resid_pre(x)
         if self.norm_first:
             a, weights = self.self_attn(self.norm1(x), need_weights=need_weights, **masks)
-            x = x + self.dropout1(a)
-            x = x + self.dropout2(self.ff(self.norm2(x)))
+            x = self.hook_resid_mid(x + self.dropout1(self.hook_attn_out(a)))
+            x = x + self.dropout2(self.hook_mlp_out(self.ff(self.norm2(x))))
         else:
             a, weights = self.self_attn(x, need_weights=need_weights, **masks)
-            x = self.norm1(x + self.dropout1(a))
-            x = self.norm2(x + self.dropout2(self.ff(x)))
-        return x, weights
+            x = self.hook_resid_mid(self.norm1(x + self.dropout1(self.hook_attn_out(a))))
+            x = self.norm2(x + self.dropout2(self.hook_mlp_out(self.ff(x))))
+        return self.hook_resid_post(x), weights
 
 
 @dataclass
@@ -155,6 +166,10 @@ class DecoderBlock(nn.Module):
         self.dropout1 = nn.Dropout(spec.dropout)
         self.dropout2 = nn.Dropout(spec.dropout)
         self.dropout3 = nn.Dropout(spec.dropout)
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
+        if self.cross_attn is not None:  # after the cross-attention, and its residual
+            self.hook_cross_attn_out, self.hook_resid_mid_cross = HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -197,20 +212,21 @@ class DecoderBlock(nn.Module):
         else:
             cross_kw.update(attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask)
         cross_weights = None
+        x = self.hook_resid_pre(x)
         if self.norm_first:
             a, self_weights = self.self_attn(self.norm1(x), **self_kw)
-            x = x + self.dropout1(a)
+            x = self.hook_resid_mid(x + self.dropout1(self.hook_attn_out(a)))
             if self.cross_attn is not None:
                 assert self.norm2 is not None
                 a, cross_weights = self.cross_attn(self.norm2(x), memory, **cross_kw)
-                x = x + self.dropout2(a)
-            x = x + self.dropout3(self.ff(self.norm3(x)))
+                x = self.hook_resid_mid_cross(x + self.dropout2(self.hook_cross_attn_out(a)))
+            x = x + self.dropout3(self.hook_mlp_out(self.ff(self.norm3(x))))
         else:
             a, self_weights = self.self_attn(x, **self_kw)
-            x = self.norm1(x + self.dropout1(a))
+            x = self.hook_resid_mid(self.norm1(x + self.dropout1(self.hook_attn_out(a))))
             if self.cross_attn is not None:
                 assert self.norm2 is not None
                 a, cross_weights = self.cross_attn(x, memory, **cross_kw)
-                x = self.norm2(x + self.dropout2(a))
-            x = self.norm3(x + self.dropout3(self.ff(x)))
-        return x, self_weights, cross_weights
+                x = self.hook_resid_mid_cross(self.norm2(x + self.dropout2(self.hook_cross_attn_out(a))))
+            x = self.norm3(x + self.dropout3(self.hook_mlp_out(self.ff(x))))
+        return self.hook_resid_post(x), self_weights, cross_weights

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.nn.hooks import HookPoint
 from attnkit.registry import Registry
 
 __all__ = ["ACTIVATIONS", "Activation", "ActivationKind", "FeedForward"]
@@ -76,12 +77,16 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(dim, 2 * hidden_dim if gated else hidden_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(hidden_dim, dim, bias=bias)
+        # The hidden layer before the activation (gated: the gate; hook_pre_linear the other half) and after it.
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+        if gated:
+            self.hook_pre_linear = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.linear1(x)
         if self._gated:
             gate, up = h.chunk(2, dim=-1)
-            h = self._fn(gate) * up
-        else:
-            h = self._fn(h)
-        return self.linear2(self.dropout(h))
+            h = self._fn(self.hook_pre(gate)) * self.hook_pre_linear(up)
+        else:  # (relu works in place: a hook's tensor is kept as the hook saw it)
+            h = self._fn(self.hook_pre(h).clone() if self.hook_pre.fns else h)
+        return self.linear2(self.dropout(self.hook_post(h)))

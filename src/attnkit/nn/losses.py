@@ -14,7 +14,9 @@ and torchtune's chunked loss, here in plain PyTorch).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +31,28 @@ IGNORE_INDEX = -100  # targets a loss does not count (F.cross_entropy's default 
 CHUNK_BYTES = 128 << 20
 
 
-@torch.compiler.disable  # type: ignore[untyped-decorator]  # untyped in torch; eager: a data-dependent loop
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _eager_when_compiled(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn``, run eagerly when ``torch.compile`` traces its caller (``torch.compiler.disable(fn)``, applied at
+    the first such call): ``torch.compiler.disable`` imports torch's compiler (``torch._dynamo``, seconds of
+    start-up), which ``import attnkit.nn`` must not pay for; a program that compiles has imported it already."""
+    disabled: list[Callable[P, R]] = []
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        if not disabled:
+            disabled.append(torch.compiler.disable(fn))
+        return disabled[0](*args, **kwargs)
+
+    return call
+
+
+@_eager_when_compiled  # eager under torch.compile: a data-dependent loop
 def linear_cross_entropy(
     hidden: Tensor,
     weight: Tensor,

@@ -33,6 +33,8 @@ class BlockSpec:
         norm: ``"layernorm"`` or ``"rmsnorm"`` (:data:`NORMS`).
         num_kv_heads: key/value heads of the self-attention (grouped-query; ``None`` = ``num_heads``).
         qkv_bias: biases of the query/key/value projections (``None`` = follow ``bias``).
+        qk_norm: a norm of the block's kind over each head of the queries and of the keys, before
+            rotary positions (QK-norm: ``q_norm`` / ``k_norm`` in the attention).
         cross_attention: decoder blocks only: a cross-attention to the encoder memory (``False``: a
             GPT-style block for decoder-only language models).
     """
@@ -49,6 +51,7 @@ class BlockSpec:
     norm: str = "layernorm"
     num_kv_heads: int | None = None
     qkv_bias: bool | None = None
+    qk_norm: bool = False
     cross_attention: bool = True
 
     @property

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock
+from attnkit.nn.hooks import HookPoint, pin_hook_points
 from attnkit.nn.masks import PreparedAttention, prepare_attention
 from attnkit.nn.normalization import make_norm
 from attnkit.nn.positional import RotaryEmbedding
@@ -54,6 +55,8 @@ class _Stack(nn.Module):
         self.norm = (
             make_norm(spec.norm, spec.d_model, eps=spec.layer_norm_eps, bias=spec.bias) if use_final_norm else None
         )
+        self.hook_norm = HookPoint()  # the final norm's output (TransformerLens: ln_final.hook_out)
+        pin_hook_points(self)  # hook points read as plain attributes: free when no hook is added
 
     def _call_layer(self, layer: nn.Module, *args: Any, **kwargs: Any) -> Any:
         """``layer(*args, **kwargs)``, checkpointed when :attr:`activation_checkpointing` is on and the
@@ -172,7 +175,7 @@ class TransformerEncoder(_Stack):
             if weights is not None:
                 maps.append(weights)
         if self.norm is not None:
-            x = self.norm(x)
+            x = self.hook_norm(self.norm(x))
         return x, maps
 
 
@@ -321,7 +324,7 @@ class TransformerDecoder(_Stack):
             if cross_w is not None:
                 cross_maps.append(cross_w)
         if self.norm is not None:
-            x = self.norm(x)
+            x = self.hook_norm(self.norm(x))
         return x, self_maps, cross_maps
 
 

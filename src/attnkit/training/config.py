@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from attnkit.config import StrictModel
+from attnkit.training.trackers import TRACKERS
+
+if TYPE_CHECKING:
+    LoggerName = str
+else:
+    LoggerName = Literal[TRACKERS.names()]
 
 __all__ = ["OptimConfig", "TrainerConfig"]
 
@@ -52,3 +58,28 @@ class TrainerConfig(StrictModel):
     compile: bool = Field(False, description="torch.compile the model before training (checkpoints stay the same)")
     progress_bar: bool = True
     report: bool = Field(True, description="write report.html into the run folder when training ends")
+    loggers: list[LoggerName] = Field(
+        ["tensorboard", "csv"],
+        description=f"where the run is logged, any of {', '.join(TRACKERS.names())} (see docs/trackers.md)",
+    )
+    mlflow_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (http://host:5000, sqlite:///file.db) or a folder; "
+        "default $MLFLOW_TRACKING_URI, else <output_dir>/mlflow",
+    )
+    mlflow_experiment: str | None = Field(None, min_length=1, description="MLflow experiment; default the task's name")
+    mlflow_tags: dict[str, str] = Field({}, description="tags of the MLflow run")
+    wandb_project: str | None = Field(
+        None, min_length=1, description="W&B project; default $WANDB_PROJECT, else attnkit (offline unless $WANDB_MODE)"
+    )
+    wandb_group: str | None = Field(None, min_length=1, description="W&B group of the run (a study's trials share one)")
+
+    @field_validator("loggers")
+    @classmethod
+    def _check_loggers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"give at least one logger, from {', '.join(TRACKERS.names())}")
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once; name each logger once")
+        return value

@@ -1,10 +1,11 @@
 """A model folder used where a run is expected: every command that takes a RUN also takes an attnkit
 model folder (``attnkit.json``, written by ``attnkit import`` / ``attnkit export``) or a Hugging Face
-folder of a supported family (``config.json``).
+folder of a supported family (``config.json``), as :func:`attnkit.training.resolve.resolve_model` tells
+them apart.
 
 The folder becomes a :class:`~attnkit.training.task.LoadedRun` of its task: the task an ``attnkit
-export`` folder was exported from, and ``lm`` for a decoder (GPT-2, Llama, Mistral, Qwen2, or an
-imported one) with its own tokenizer. The run's config is the task's defaults with the model's
+export`` folder was exported from, and ``lm`` for a decoder (a Hugging Face one, or an imported one)
+with its own tokenizer. The run's config is the task's defaults with the model's
 architecture; its artifacts are the folder's (the tokenizer of a decoder).
 """
 
@@ -20,38 +21,25 @@ from attnkit.config import StrictModel
 from attnkit.data.lm.blocks import artifacts_of
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
-from attnkit.interop.export import INFO_FILE
 from attnkit.models import LanguageModel
 from attnkit.text.tokenizers import Tokenizer
+from attnkit.training.resolve import ResolvedModel, resolve_model
 from attnkit.training.task import LoadedRun, Task
 from attnkit.version import __version__
 
-__all__ = ["MODEL_KINDS", "is_model_folder", "load_model_folder"]
-
-MODEL_KINDS = (
-    "an attnkit run (a run folder with checkpoints/best.ckpt or last.ckpt, or a .ckpt file), "
-    "an attnkit model folder (attnkit.json, written by `attnkit import` or `attnkit export`), "
-    "or a Hugging Face model folder (config.json + weights) of a BERT, GPT-2, Llama, Mistral or Qwen2 model"
-)
+__all__ = ["load_model_folder"]
 
 
-def is_model_folder(path: str | Path) -> bool:
-    """Whether ``path`` is an attnkit or Hugging Face model folder (not a run folder)."""
-    folder = Path(path)
-    return (
-        folder.is_dir()
-        and not (folder / "checkpoints").is_dir()
-        and ((folder / INFO_FILE).is_file() or (folder / "config.json").is_file())
-    )
-
-
-def load_model_folder(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
+def load_model_folder(path: str | Path | ResolvedModel, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
     """The model folder ``path`` as a run of its task (see the module docstring); ``tasks`` as
     :func:`attnkit.training.runner.load_run`'s."""
-    folder = Path(path)
+    resolved = resolve_model(path)
+    if not resolved.is_model_folder:
+        raise CheckpointError(f"{resolved.path} is an attnkit run, not a model folder: load it with load_run")
+    folder = resolved.path
     pretrained = load_pretrained(folder)
     model = pretrained.model
-    attnkit_folder = (folder / INFO_FILE).is_file()
+    attnkit_folder = resolved.kind == "model_folder"
     name = pretrained.info.get("task") if attnkit_folder else None
     if name is None and isinstance(model, LanguageModel):
         name = "lm"

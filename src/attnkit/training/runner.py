@@ -23,22 +23,23 @@ import lightning as L
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from attnkit.config import ConfigError, merge, validate_config
 from attnkit.models.lora import is_lora
 from attnkit.training.checkpoint import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, write_json_atomic
-from attnkit.training.model_folders import MODEL_KINDS, is_model_folder, load_model_folder
+from attnkit.training.model_folders import load_model_folder
 from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
+from attnkit.training.resolve import ResolvedModel, resolve_model
 from attnkit.training.sharding import set_activation_checkpointing, sharding_plan, strategy_for
 from attnkit.training.task import C, LoadedRun, Task, TaskConfig
+from attnkit.training.trackers import Trackers, check_trackers
 from attnkit.training.watchdog import StopWatchdog
 from attnkit.version import __version__
 
-__all__ = ["LoadedRun", "TrainResult", "build_module", "evaluate", "fit", "load_run", "resolve_checkpoint"]
+__all__ = ["LoadedRun", "TrainResult", "build_module", "evaluate", "fit", "load_run"]
 
 
 @dataclass
@@ -239,6 +240,7 @@ def fit(
         torch.set_num_threads(cfg.trainer.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     _check_sharding(cfg)
+    check_trackers(cfg)  # a tracker whose package is missing, before any data is read
 
     ckpt_path: Path | None = None
     if resume is None and run_dir is None:
@@ -286,11 +288,9 @@ def fit(
     if cfg.trainer.early_stopping_patience:
         monitor, mode = task.monitor
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.early_stopping_patience))
-    loggers = [
-        TensorBoardLogger(save_dir=run_dir, name="logs", version="tensorboard", default_hp_metric=False),
-        CSVLogger(save_dir=run_dir, name="logs", version="csv"),
-    ]
-    trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=loggers)
+    trackers = Trackers(cfg, run_dir, task.name, resume=ckpt_path is not None)  # trainer.loggers
+    callbacks.append(trackers.callback)
+    trainer = _trainer(cfg, run_dir, callbacks=callbacks, logger=trackers.loggers)
     with _stop_watchdog(trainer, lambda: _resume_hint(task.name, folder)):
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -310,6 +310,7 @@ def fit(
             run_dir / "metrics.json",
             {"task": task.name, "metrics": metrics, "best_checkpoint": str(best_path), "epochs": trainer.current_epoch},
         )
+        trackers.finish(run_dir)  # config.yaml and metrics.json to the trackers; trackers.json
     return TrainResult(
         module=module,
         metrics=metrics,
@@ -318,26 +319,6 @@ def fit(
         best_checkpoint=best_path,
         is_global_zero=trainer.is_global_zero,
     )
-
-
-def resolve_checkpoint(path: str | Path) -> tuple[Path, Path | None]:
-    """A run folder (-> its best checkpoint, else last) or a checkpoint file -> ``(checkpoint, run folder)``."""
-    path = Path(path)
-    if path.is_dir():
-        for name in ("best.ckpt", "last.ckpt"):
-            candidate = path / "checkpoints" / name
-            if candidate.is_file():
-                return candidate, path
-        raise CheckpointError(
-            f"{path} is not a run folder with checkpoints (expected {path}/checkpoints/best.ckpt) nor a model "
-            f"folder. attnkit reads {MODEL_KINDS}"
-        )
-    if not path.exists():
-        raise CheckpointError(
-            f"no run folder or checkpoint file at {path} (nor a model folder); attnkit reads {MODEL_KINDS}"
-        )
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-    return path, run_dir
 
 
 def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) -> dict[str, Any]:
@@ -356,16 +337,19 @@ def _check_task(checkpoint: dict[str, Any], task: Task[Any] | None, path: Path) 
     return hparams
 
 
-def load_run(path: str | Path, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
+def load_run(path: str | Path | ResolvedModel, tasks: Task[Any] | Mapping[str, Task[Any]]) -> LoadedRun:
     """Rebuild a trained module from a run folder or checkpoint file alone, or from a model folder
-    (:mod:`attnkit.training.model_folders`).
+    (:mod:`attnkit.training.model_folders`): whatever :func:`~attnkit.training.resolve.resolve_model`
+    finds at ``path``.
 
     ``tasks``: the task the run must be of, or the tasks it may be of by name (a registry such as
     :data:`attnkit.tasks.TASKS`; :func:`attnkit.tasks.load_run` passes that one).
     """
-    if is_model_folder(path):
-        return load_model_folder(path, tasks)
-    ckpt, run_dir = resolve_checkpoint(path)
+    resolved = resolve_model(path)
+    if resolved.is_model_folder:
+        return load_model_folder(resolved, tasks)
+    ckpt, run_dir = resolved.checkpoint, resolved.run_dir
+    assert ckpt is not None  # a run's is always found
     checkpoint = load_checkpoint_file(ckpt)
     hparams = _check_task(checkpoint, None, ckpt)
     name = hparams["task"]

@@ -28,6 +28,7 @@ from attnkit.config import expand_dotted, merge
 from attnkit.errors import ConfigError
 from attnkit.tasks import build_config, get_task
 from attnkit.training.runner import fit
+from attnkit.training.trackers import mark_stopped
 from attnkit.tuning.progress import describe, log
 from attnkit.tuning.pruning import PruningCallback, TrialFailed
 from attnkit.tuning.space import SearchSpace, load_space
@@ -44,6 +45,7 @@ __all__ = [
     "make_sampler",
     "quiet_optuna",
     "run_worker",
+    "trial_trainer",
     "worker_main",
 ]
 
@@ -105,6 +107,8 @@ class WorkerSpec:
     worker: int = 0
     verbose: bool = True
     parent_pid: int | None = None
+    # Trainer keys every trial's run gets from the study (its trackers: the MLflow parent run, the W&B group).
+    trial_trainer: dict[str, Any] | None = None
 
 
 def quiet_optuna() -> None:
@@ -140,8 +144,11 @@ def _objective(spec: WorkerSpec, space: SearchSpace, monitor: str) -> Callable[[
             trial.set_user_attr("skipped", f"the study already had {spec.n_trials} trials when this one started")
             raise _Skipped()
         params = space.sample(trial)
+        data = merge(spec.base, expand_dotted(params))
+        if spec.trial_trainer:
+            data = merge(data, {"trainer": trial_trainer(spec.trial_trainer, trial.number)})
         try:
-            cfg = build_config(spec.task, merge(spec.base, expand_dotted(params)))
+            cfg = build_config(spec.task, data)
         except ConfigError as err:
             reason = "; ".join(line.strip() for line in str(err).splitlines()[1:]) or str(err)
             trial.set_user_attr("rejected", f"{reason} (not trained)")
@@ -155,6 +162,7 @@ def _objective(spec: WorkerSpec, space: SearchSpace, monitor: str) -> Callable[[
         except optuna.TrialPruned as err:
             trial.set_user_attr("pruned", str(err))
             trial.set_user_attr("wall_s", time.perf_counter() - start)
+            mark_stopped(run_dir)  # its MLflow run KILLED, not FAILED
             raise
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", "interrupted (Ctrl-C)")
@@ -173,6 +181,13 @@ def _objective(spec: WorkerSpec, space: SearchSpace, monitor: str) -> Callable[[
         return float(value)
 
     return objective
+
+
+def trial_trainer(study: dict[str, Any], number: int) -> dict[str, Any]:
+    """The study's trainer keys for trial ``number``: its MLflow run tagged with the trial's number."""
+    if "mlflow_tags" not in study:
+        return study
+    return {**study, "mlflow_tags": {**study["mlflow_tags"], "optuna.trial": str(number)}}
 
 
 class _Skipped(Exception):

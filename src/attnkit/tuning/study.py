@@ -46,13 +46,21 @@ from attnkit.tuning.pruning import PruningCallback, TrialFailed
 from attnkit.tuning.results import write_results
 from attnkit.tuning.space import SearchSpace, load_space
 from attnkit.tuning.storage import open_storage, prepare_storage, redact, storage_url
+from attnkit.tuning.tracking import end_study_trackers, study_trackers
 from attnkit.tuning.trials import META_ATTR, counts_toward_budget
 from attnkit.version import __version__
 
 __all__ = ["PruningCallback", "TrialFailed", "counts_toward_budget", "open_storage", "study_folder", "tune"]
 
 # Keys that may differ between the processes or machines of one study (where runs go, how fast they run).
-LOCAL_KEYS = ("output_dir", "name", "trainer.threads", "trainer.progress_bar", "trainer.num_workers")
+LOCAL_KEYS = (
+    "output_dir",
+    "name",
+    "trainer.threads",
+    "trainer.progress_bar",
+    "trainer.num_workers",
+    *(f"trainer.{key}" for key in ("loggers", "mlflow_uri", "mlflow_experiment", "wandb_project", "wandb_group")),
+)
 
 
 # -- storage and study ---------------------------------------------------------------------------
@@ -227,6 +235,7 @@ def tune(
         startup_trials=startup,
         heartbeat=heartbeat,
         verbose=verbose,
+        trial_trainer=study_trackers(base_cfg, task, name, study),  # trainer.loggers: trials nested in the study
     )
     if workers == 1:
         run_worker(
@@ -243,6 +252,7 @@ def tune(
         )
         if verbose:
             log_summary(study, files, monitor, time.perf_counter() - start)
+    end_study_trackers(base_cfg, study, study_dir, monitor)
     return study
 
 

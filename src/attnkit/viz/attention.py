@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,9 +17,9 @@ import torch
 from matplotlib.colors import Normalize
 from torch import Tensor
 
-from attnkit.tasks import LoadedRun, load_run
-from attnkit.tasks.base import AttentionExample
+from attnkit.training.task import AttentionExample
 from attnkit.viz.figure import Figure
+from attnkit.viz.runs import loaded_run
 
 __all__ = [
     "attention_examples",
@@ -189,7 +188,7 @@ def attention_examples(
     run: Any, *, texts: Sequence[str] | None = None, indices: Sequence[int] | None = None
 ) -> list[AttentionExample]:
     """A run's attention examples: ``run`` is a run folder, a checkpoint file or a loaded run."""
-    loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
+    loaded = loaded_run(run)
     loaded.module.eval()
     return loaded.task.attention_examples(
         loaded.module, list(texts) if texts else None, list(indices) if indices else None

@@ -24,9 +24,9 @@ import yaml
 from matplotlib.figure import Figure
 
 from attnkit.io import write_text_atomic
-from attnkit.tasks import LoadedRun, load_run
 from attnkit.viz.attention import plot_attention_example, plot_set_probabilities
 from attnkit.viz.curves import plot_training_curves
+from attnkit.viz.runs import loaded_run
 from attnkit.viz.schedule import plot_run_lr
 
 __all__ = ["ReportSection", "figure_data_uri", "render_report", "write_report"]
@@ -130,7 +130,7 @@ window.addEventListener("load", function () {
 def render_report(run: str | Path | Any, *, num_examples: int = 3, sections: Sequence[ReportSection] = ()) -> str:
     """The report's HTML for a run folder (or a :class:`~attnkit.training.task.LoadedRun` with a run
     folder). ``sections`` are added at the end (e.g. a tuning study's summary)."""
-    loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
+    loaded = loaded_run(run)
     if loaded.run_dir is None:
         raise ValueError(f"{loaded.checkpoint} is not inside a run folder (<run>/checkpoints/): no report to write")
     loaded.module.eval()
@@ -189,7 +189,7 @@ def write_report(
     out: str | Path | None = None,
 ) -> Path:
     """Write ``report.html`` into the run folder (or to ``out``); returns its path."""
-    loaded = run if isinstance(run, LoadedRun) else load_run(Path(run))
+    loaded = loaded_run(run)
     text = render_report(loaded, num_examples=num_examples, sections=sections)
     assert loaded.run_dir is not None  # render_report refuses a run without its folder
     path = Path(out) if out is not None else Path(loaded.run_dir) / REPORT_NAME

@@ -133,7 +133,7 @@ def sample(
     max_new_tokens: int,
     params: SamplingParams | None = None,
     *,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     stop_at_eos: bool = True,
     decode: Callable[[list[int]], str] | None = None,
     on_token: Callable[[Tensor], None] | None = None,
@@ -142,7 +142,8 @@ def sample(
 
     Each step the :class:`~attnkit.models.generation.processors.Sampler` chooses every row's next token from
     the logits with ``params`` (default: :class:`SamplingParams`' defaults; its ``max_tokens`` and ``n`` are
-    the caller's business) and ``generator``; the repetition penalty counts the prompt's tokens (padding
+    the caller's business) and ``generator`` (or one generator per row: each row draws alone, so its tokens do
+    not depend on the other rows); the repetition penalty counts the prompt's tokens (padding
     excluded). A row that produced ``eos_id`` (with ``stop_at_eos``) or one of ``params.stop_ids`` (e.g. a chat
     template's end-of-turn token), or whose new text contains one of ``params.stop`` gets ``pad_id``
     afterwards; sampling stops when every row has stopped. ``on_token`` receives each step's tokens ``[B]``.
@@ -158,7 +159,16 @@ def sample(
     logits = decoding.logits()
     batch = logits.shape[0]
     sampler = Sampler(logits.shape[-1], logits.device)
-    sampler.add(params, decoding.tokens, padding_mask=decoding.prompt_mask, generator=generator)
+    if generator is None or isinstance(generator, torch.Generator):
+        sampler.add(params, decoding.tokens, padding_mask=decoding.prompt_mask, generator=generator)
+    else:
+        if len(generator) != batch:
+            raise ValueError(f"sample: {len(generator)} generators for {batch} rows; give one per row (or one)")
+        mask = decoding.prompt_mask
+        for row, row_generator in enumerate(generator):
+            rows = slice(row, row + 1)
+            sampler.add(params, decoding.tokens[rows], padding_mask=None if mask is None else mask[rows],
+                        generator=row_generator)  # fmt: skip
     out = torch.full((batch, max_new_tokens), decoding.pad_id, dtype=torch.long, device=logits.device)
     ends = (
         torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long, device=logits.device) if params.stop_ids else None

@@ -16,7 +16,6 @@ from attnkit.data.lm.config import LMDataConfig
 from attnkit.data.readers.lines import numbered_inputs
 from attnkit.errors import ConfigError
 from attnkit.interop import load_pretrained
-from attnkit.interop.export import INFO_FILE
 from attnkit.models.generation import SamplingParams
 from attnkit.models.lm import LanguageModel, LanguageModelArchitecture, LanguageModelConfig
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict, merge_lora
@@ -25,6 +24,7 @@ from attnkit.tasks.registry import register_task
 from attnkit.text.framing import body_ids, document_bounds, prompt_ids
 from attnkit.text.generate import generate_texts, sampling_params
 from attnkit.text.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from attnkit.training.resolve import resolve_model
 
 if TYPE_CHECKING:
     from attnkit.data.lm.module import LanguageModelDataModule
@@ -46,7 +46,7 @@ class LMModelConfig(LanguageModelArchitecture, LoraFineTuning):
     init: str | None = Field(
         None,
         description="start from a trained language model: an attnkit lm run (folder or checkpoint), an attnkit model "
-        "folder (attnkit export / import) or a Hugging Face folder of a GPT-2, Llama, Mistral or Qwen2 decoder. Its "
+        "folder (attnkit export / import) or a Hugging Face folder of a supported decoder. Its "
         "tokenizer and architecture replace data.tokenizer/vocab_size and the model keys above (dropout still "
         "applies; max_len is the block length, at most the base's context)",
     )
@@ -213,21 +213,18 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
     """The language model at ``path`` (``model.init``) as a plain model (a LoRA run's adapters merged),
     and the data artifacts it trains with (its tokenizer): an attnkit ``lm`` run folder or checkpoint, an
     attnkit model folder of a language model (``attnkit export`` / ``attnkit import``), or a Hugging Face
-    folder of a supported decoder (GPT-2, Llama, Mistral, Qwen2) with its tokenizer."""
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(
-            f"model.init: no lm run, checkpoint or model folder at {folder}; expected an lm run (folder or "
-            "checkpoint), an attnkit model folder or a Hugging Face folder of a decoder"
-        )
-    if folder.is_dir() and ((folder / INFO_FILE).is_file() or (folder / "config.json").is_file()):
+    folder of a supported decoder with its tokenizer (what :func:`attnkit.training.resolve.resolve_model`
+    finds there)."""
+    resolved = resolve_model(path, role="model.init")
+    folder = resolved.path
+    if resolved.is_model_folder:
         pretrained = load_pretrained(folder)
         if not isinstance(pretrained.model, LanguageModel):
             raise ConfigError(
                 f"model.init={folder} holds a {pretrained.name!r} model, not a language model; the lm task starts "
-                "from a decoder (an lm run, or a GPT-2 / Llama / Mistral / Qwen2 folder)"
+                "from a decoder (an lm run, or a model folder of a decoder)"
             )
-        artifacts = pretrained.info.get("artifacts") if (folder / INFO_FILE).is_file() else None
+        artifacts = pretrained.info.get("artifacts") if resolved.kind == "model_folder" else None
         if not artifacts:
             if not isinstance(pretrained.tokenizer, Tokenizer):
                 raise ConfigError(
@@ -238,7 +235,7 @@ def load_lm_base(path: str | Path) -> tuple[LanguageModel, dict[str, Any]]:
         return pretrained.model, artifacts
     from attnkit.training.runner import load_run  # Lightning: only when a run is loaded
 
-    loaded = load_run(folder, LanguageModelTask())
+    loaded = load_run(resolved, LanguageModelTask())
     model = merge_lora(loaded.module.model)
     assert isinstance(model, LanguageModel)
     return model, loaded.hparams["artifacts"]

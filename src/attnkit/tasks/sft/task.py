@@ -16,7 +16,6 @@ from attnkit.data.sft.artifacts import chat_of
 from attnkit.data.sft.config import SFTDataConfig
 from attnkit.errors import ConfigError
 from attnkit.interop import Pretrained
-from attnkit.interop.export import INFO_FILE
 from attnkit.models.lm import LanguageModel
 from attnkit.models.lora import LoraFineTuning, load_base_state_dict
 from attnkit.tasks.base import AttentionExample, ModelSpec, Task, TaskConfig
@@ -24,6 +23,7 @@ from attnkit.tasks.lm.task import load_lm_base
 from attnkit.tasks.registry import register_task
 from attnkit.text.chat import ChatTemplate, encode_chat, read_generation_config
 from attnkit.text.tokenizers import Tokenizer
+from attnkit.training.resolve import resolve_model
 from attnkit.training.task import LoadedRun
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class SFTModelConfig(LoraFineTuning):
     lora_checks_init: ClassVar[bool] = False  # the task refuses a missing init itself, LoRA or not
     init: str | None = Field(
         None,
-        description="the decoder to fine-tune: a Hugging Face folder of a GPT-2, Llama, Mistral or Qwen2 model, an "
+        description="the decoder to fine-tune: a Hugging Face folder of a supported decoder, an "
         "attnkit model folder (attnkit import / export) or an attnkit lm run; its tokenizer and chat template are used",
     )
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout while fine-tuning")
@@ -67,9 +67,9 @@ def _base(init: str) -> tuple[LanguageModel, dict[str, Any]]:
 def base_chat(init: str | Path) -> tuple[ChatTemplate | None, dict[str, Any]]:
     """The chat template (``None``: attnkit's default) and generation config of ``model.init``: a model folder's
     files, or none for an attnkit lm run."""
-    folder = Path(init)
-    if folder.is_dir() and ((folder / INFO_FILE).is_file() or (folder / "config.json").is_file()):
-        return ChatTemplate.from_folder(folder), read_generation_config(folder)
+    resolved = resolve_model(init, role="model.init")
+    if resolved.is_model_folder:
+        return ChatTemplate.from_folder(resolved.path), read_generation_config(resolved.path)
     return None, {}
 
 
@@ -103,7 +103,7 @@ class SFTTask(Task[SFTConfig]):
         if not cfg.model.init:
             raise ConfigError(
                 "the sft task fine-tunes a pretrained decoder: set model.init=FOLDER (or --init FOLDER), a Hugging "
-                "Face GPT-2 / Llama / Mistral / Qwen2 folder, an attnkit model folder or an lm run"
+                "Face folder of a supported decoder, an attnkit model folder or an lm run"
             )
         return cfg.model.init
 

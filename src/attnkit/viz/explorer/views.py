@@ -18,10 +18,11 @@ from attnkit.data.lm.blocks import tokenizer_of
 from attnkit.interop import Pretrained, load_pretrained, plain_model
 from attnkit.models import BertClassifier, BertEncoder, LanguageModel
 from attnkit.models.generation import SamplingParams, check_seed, check_temperature
-from attnkit.tasks import LoadedRun, load_run
 from attnkit.text.tokenizers import Tokenizer
-from attnkit.training.model_folders import MODEL_KINDS, is_model_folder
+from attnkit.training.resolve import resolve_model
+from attnkit.training.task import LoadedRun
 from attnkit.viz.explorer.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
+from attnkit.viz.runs import loaded_run
 
 __all__ = ["DecoderExplorer", "EncoderExplorer", "Explorer", "RunExplorer", "load_explorer"]
 
@@ -296,12 +297,10 @@ def load_explorer(source: Any) -> Explorer:
         return _from_run(source, str(source.run_dir or source.checkpoint))
     if not isinstance(source, (str, Path)):
         raise TypeError(f"explore takes a run or model folder (a path), a Pretrained or a LoadedRun, got {source!r}")
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"no model at {path}; attnkit explore reads {MODEL_KINDS}")
-    if is_model_folder(path):
-        return _from_pretrained(load_pretrained(path))
-    return _from_run(load_run(path), str(path))
+    resolved = resolve_model(source)
+    if resolved.is_model_folder:
+        return _from_pretrained(load_pretrained(resolved.path))
+    return _from_run(loaded_run(resolved), str(resolved.path))
 
 
 def _from_pretrained(pretrained: Pretrained) -> Explorer:

@@ -20,26 +20,22 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.family import Family, Reading
 from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
-from attnkit.models.lm import LanguageModelConfig
+from attnkit.models.lm import LanguageModel, LanguageModelConfig
 
 __all__ = [
-    "LLAMA_FAMILIES",
+    "decoder_family",
     "hf_llama_config",
     "llama_config",
-    "llama_family",
     "llama_ignored",
+    "llama_like",
     "llama_problems",
     "llama_rules",
     "normalize_llama_names",
 ]
 
-LLAMA_FAMILIES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-}
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 HEAD_PREFIXES = ("score.", "qa_outputs.", "classifier.")
 # Keys of rope_parameters / rope_scaling that each supported type reads (others are refused).
@@ -61,6 +57,9 @@ def _rope(hf: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None
         params.setdefault("rope_theta", hf.get("rope_theta", 10000.0))
     params = dict(params)
     theta = float(params.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    partial = params.pop("partial_rotary_factor", 1.0)
+    if partial not in (1, 1.0, None):
+        raise ConfigError(f"{source}: partial_rotary_factor={partial} is not supported (only 1.0: rotary on every dim)")
     kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
     if kind not in ROPE_TYPES:
@@ -86,15 +85,17 @@ def _rope(hf: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None
     return theta, scaling
 
 
-def _sliding_window(hf: dict[str, Any], family: str, source: str) -> int | None:
-    """The attention window of every layer, or ``None``; layers with different windows are refused."""
+def _sliding_window(hf: dict[str, Any], switched: bool, source: str) -> int | None:
+    """The attention window of every layer, or ``None``; layers with different windows are refused.
+    ``switched``: the window is on only with ``use_sliding_window``, from layer ``max_window_layers`` on
+    (Qwen2's configs and those of the families that share their settings)."""
     window = hf.get("sliding_window")
-    if family == "qwen2" and not hf.get("use_sliding_window", False):
+    if switched and not hf.get("use_sliding_window", False):
         window = None
     if window is None:
         return None
     layer_types = hf.get("layer_types")
-    if layer_types is None and family == "qwen2":
+    if layer_types is None and switched:
         start = hf.get("max_window_layers", 0)
         layer_types = ["sliding_attention" if i >= start else "full_attention" for i in range(hf["num_hidden_layers"])]
     kinds = set(layer_types or ["sliding_attention"])
@@ -114,12 +115,23 @@ def _first_id(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def llama_config(hf: dict[str, Any], *, bos_id: int | None, eos_id: int | None, source: str) -> LanguageModelConfig:
-    """The attnkit config of a Hugging Face Llama, Mistral or Qwen2 ``config.json`` (dict).
+def llama_config(
+    hf: dict[str, Any],
+    *,
+    bos_id: int | None,
+    eos_id: int | None,
+    source: str,
+    qkv_bias: bool = False,
+    switched_window: bool = False,
+    **fields: Any,
+) -> LanguageModelConfig:
+    """The attnkit config of a Hugging Face ``config.json`` (dict) of the Llama architecture or a variant.
 
     ``bos_id`` / ``eos_id`` (from the tokenizer) win over the config's ``bos_token_id`` /
     ``eos_token_id`` (a list: its first id); a missing BOS is the EOS (Qwen2 has none) and a
-    missing pad id is the EOS.
+    missing pad id is the EOS. ``qkv_bias``: the variant has q/k/v biases; ``switched_window``: its
+    window is read as Qwen2's (see :func:`_sliding_window`); ``fields``: more of the attnkit config
+    (a variant's own settings, e.g. ``qk_norm=True``).
     """
     family = hf["model_type"]
     unsupported = []
@@ -162,15 +174,16 @@ def llama_config(hf: dict[str, Any], *, bos_id: int | None, eos_id: int | None, 
             positional="rotary",
             rope_theta=theta,
             rope_scaling=scaling,
-            sliding_window=_sliding_window(hf, family, source),
+            sliding_window=_sliding_window(hf, switched_window, source),
             max_len=hf["max_position_embeddings"],
             tie_weights=hf.get("tie_word_embeddings", False),
             bias=False,
-            qkv_bias=family == "qwen2",
+            qkv_bias=qkv_bias,
             layer_norm_eps=hf.get("rms_norm_eps", 1e-6),
             pad_id=pad,
             bos_id=bos,
             eos_id=eos,
+            **fields,
         )
 
 
@@ -213,19 +226,20 @@ def llama_rules(config: LanguageModelConfig) -> list[Rule]:
     return rules
 
 
-def llama_family(config: LanguageModelConfig) -> str:
-    """The Hugging Face ``model_type`` an attnkit config exports as: ``qwen2`` with q/k/v biases,
-    ``mistral`` with a sliding window, ``llama`` otherwise."""
-    qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
-    if qkv_bias:
-        return "qwen2"
-    return "mistral" if config.sliding_window is not None else "llama"
+def llama_like(config: LanguageModelConfig) -> bool:
+    """A config with rotary positions, RMSNorm or SwiGLU is meant as a Llama-architecture one."""
+    return config.positional == "rotary" or config.norm == "rmsnorm" or config.activation == "swiglu"
 
 
-def llama_problems(config: LanguageModelConfig) -> list[str]:
-    """What of ``config`` a Llama-family checkpoint cannot express (empty when it exports)."""
+def _qkv_bias(config: LanguageModelConfig) -> bool:
+    return config.bias if config.qkv_bias is None else config.qkv_bias
+
+
+def llama_problems(config: LanguageModelConfig, *, qk_norm: bool = False) -> list[str]:
+    """What of ``config`` a Llama-family checkpoint cannot express (empty when it exports); ``qk_norm``:
+    the variant's attention has per-head query/key norms (and must)."""
     c = config
-    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
+    qkv_bias = _qkv_bias(c)
     problems = []
     if c.positional != "rotary":
         problems.append(f"positional={c.positional!r} (Llama-family models use rotary positions)")
@@ -249,11 +263,14 @@ def llama_problems(config: LanguageModelConfig) -> list[str]:
         )
     if qkv_bias and c.sliding_window is not None:
         problems.append("qkv_bias together with sliding_window (Qwen2 has the biases, Mistral the window)")
+    if c.qk_norm != qk_norm:
+        problems.append(f"qk_norm={c.qk_norm} (this family {'has' if qk_norm else 'has no'} per-head q/k norms)")
     return problems
 
 
-def hf_llama_config(config: LanguageModelConfig, family: str) -> dict[str, Any]:
-    """The Hugging Face ``config.json`` (dict) of an attnkit Llama-family config."""
+def hf_llama_config(config: LanguageModelConfig, family: str, architecture: str) -> dict[str, Any]:
+    """The Hugging Face ``config.json`` (dict) of an attnkit Llama-family config: the fields the variants
+    share, for ``model_type`` ``family`` and the class ``architecture`` (``"LlamaForCausalLM"``)."""
     c = config
     head_dim = c.head_dim or c.d_model // c.num_heads
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": c.rope_theta}
@@ -263,7 +280,7 @@ def hf_llama_config(config: LanguageModelConfig, family: str) -> dict[str, Any]:
         rope = {"rope_type": kind, "rope_theta": c.rope_theta}
         rope |= {k: v for k, v in scaling.items() if k in _ROPE_KEYS[kind]}
     hf: dict[str, Any] = {
-        "architectures": [LLAMA_FAMILIES[family]],
+        "architectures": [architecture],
         "model_type": family,
         "vocab_size": c.vocab_size,
         "hidden_size": c.d_model,
@@ -283,11 +300,84 @@ def hf_llama_config(config: LanguageModelConfig, family: str) -> dict[str, Any]:
         "pad_token_id": c.pad_id,
         "dtype": "float32",
     }
-    if family == "llama":
-        hf |= {"attention_bias": False, "mlp_bias": False}
-    elif family == "mistral":
-        hf["sliding_window"] = c.sliding_window
-    else:
-        window = c.sliding_window
-        hf |= {"use_sliding_window": window is not None, "sliding_window": window, "max_window_layers": 0}
     return hf
+
+
+def switched_window(config: LanguageModelConfig) -> dict[str, Any]:
+    """The window of Qwen2-style configs (``use_sliding_window``, from layer 0 on)."""
+    window = config.sliding_window
+    return {"use_sliding_window": window is not None, "sliding_window": window, "max_window_layers": 0}
+
+
+_GROUP = "a Llama-family (llama/mistral/qwen2)"
+_NEEDS = "Llama-family models need positional='rotary', norm='rmsnorm', activation='swiglu', bias=false"
+
+
+def decoder_family(
+    model_type: str,
+    architecture: str,
+    title: str,
+    *,
+    config: Any,
+    hf_extra: Any,
+    claims: Any,
+    problems: Any = llama_problems,
+    group: str = _GROUP,
+    needs: str = _NEEDS,
+    rules: Any = None,
+) -> Family:
+    """A :class:`Family` of the Llama architecture (token embedding, ``model.``-prefixed layers and
+    ``lm_head``) with its own config mapping ``config(hf, reading)``, export extras ``hf_extra(config)``
+    (over :func:`hf_llama_config`), ``claims`` and ``problems``; ``rules`` (default :func:`llama_rules`)."""
+    return Family(
+        model_type=model_type,
+        description=f"{title} decoders ({architecture}, {architecture.replace('ForCausalLM', 'Model')})",
+        title=title,
+        model="lm",
+        encoder=False,
+        build=LanguageModel,
+        config=config,
+        normalize=normalize_llama_names,
+        rules=rules or llama_rules,
+        ignored=llama_ignored,
+        embedding="embed_tokens.weight",
+        prefix="model.",
+        hf_config=lambda c: hf_llama_config(c, model_type, architecture) | hf_extra(c),
+        claims=claims,
+        problems=problems,
+        group=group,
+        needs=needs,
+    )
+
+
+def _reader(**options: Any) -> Any:
+    def read(hf: dict[str, Any], r: Reading) -> LanguageModelConfig:
+        return llama_config(hf, bos_id=r.bos_id, eos_id=r.eos_id, source=r.source, **options)
+
+    return read
+
+
+decoder_family(
+    "llama",
+    "LlamaForCausalLM",
+    "Llama",
+    config=_reader(),
+    hf_extra=lambda c: {"attention_bias": False, "mlp_bias": False},
+    claims=lambda c: llama_like(c) and not _qkv_bias(c) and c.sliding_window is None,
+).register()
+decoder_family(
+    "mistral",
+    "MistralForCausalLM",
+    "Mistral",
+    config=_reader(),
+    hf_extra=lambda c: {"sliding_window": c.sliding_window},
+    claims=lambda c: llama_like(c) and not _qkv_bias(c) and c.sliding_window is not None,
+).register()
+decoder_family(
+    "qwen2",
+    "Qwen2ForCausalLM",
+    "Qwen2",
+    config=_reader(qkv_bias=True, switched_window=True),
+    hf_extra=switched_window,
+    claims=lambda c: llama_like(c) and _qkv_bias(c),
+).register()

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from attnkit.errors import ConfigError
+from attnkit.interop.family import Family, Reading
 from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
-from attnkit.models.bert import BertConfig
+from attnkit.models.bert import BertConfig, BertEncoder
 
 __all__ = ["HEAD_PREFIXES", "bert_config", "bert_ignored", "bert_rules", "normalize_bert_names"]
 
@@ -100,3 +101,21 @@ def bert_rules(config: BertConfig, *, prefix: str = "") -> list[Rule]:
     if config.pooler:
         rules += pair("pooler", "pooler.dense")
     return rules
+
+
+def _config(hf: dict[str, Any], reading: Reading) -> BertConfig:
+    return bert_config(hf, pooler="pooler.dense.weight" in reading.names, source=reading.source)
+
+
+Family(
+    model_type="bert",
+    description="BERT encoders (BertModel, BertForMaskedLM, BertForPreTraining, ...; task heads are left out)",
+    title="BERT",
+    model="bert",
+    encoder=True,
+    build=BertEncoder,
+    config=_config,
+    normalize=normalize_bert_names,
+    rules=bert_rules,
+    ignored=bert_ignored,
+).register()

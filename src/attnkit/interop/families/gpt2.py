@@ -13,9 +13,10 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.errors import ConfigError
+from attnkit.interop.family import Family
 from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
-from attnkit.models.lm import LanguageModelConfig
+from attnkit.models.lm import LanguageModel, LanguageModelConfig
 
 __all__ = ["gpt2_config", "gpt2_ignored", "gpt2_problems", "gpt2_rules", "hf_gpt2_config", "normalize_gpt2_names"]
 
@@ -139,6 +140,7 @@ _LLAMA_ONLY = (
     ("num_kv_heads", "GPT-2 has as many key/value heads as query heads", None),
     ("sliding_window", "GPT-2 attends to the whole context", None),
     ("qkv_bias", "GPT-2's q/k/v biases follow bias", None),
+    ("qk_norm", "GPT-2 has no per-head norms of queries and keys", False),
 )
 _EXPORT_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
@@ -166,3 +168,29 @@ def hf_gpt2_config(config: LanguageModelConfig) -> dict[str, Any]:
         "pad_token_id": c.pad_id,
         "dtype": "float32",
     }
+
+
+def gpt2_claims(config: LanguageModelConfig) -> bool:
+    """A config without rotary positions, RMSNorm or SwiGLU is meant as GPT-2's."""
+    return not (config.positional == "rotary" or config.norm == "rmsnorm" or config.activation == "swiglu")
+
+
+Family(
+    model_type="gpt2",
+    description="GPT-2 decoders (GPT2LMHeadModel, GPT2Model)",
+    title="GPT-2",
+    model="lm",
+    encoder=False,
+    build=LanguageModel,
+    config=lambda hf, reading: gpt2_config(hf, eos_id=reading.eos_id, source=reading.source),
+    normalize=normalize_gpt2_names,
+    rules=gpt2_rules,
+    ignored=gpt2_ignored,
+    embedding="wte.weight",
+    prefix="transformer.",
+    hf_config=hf_gpt2_config,
+    claims=gpt2_claims,
+    problems=gpt2_problems,
+    group="a GPT-2",
+    needs="GPT-2 models positional='learned', norm='layernorm', bias=true",
+).register()
