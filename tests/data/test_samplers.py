@@ -174,3 +174,49 @@ def test_translate_training_batches_resume_mid_epoch_from_the_loader_state() -> 
     again = dm.train_dataloader()
     again.load_state_dict(state)
     assert [batch[0].tolist() for batch in again] == rest and rest
+
+
+def test_shuffled_order_made_anew_for_a_later_epoch_draws_that_epochs_order() -> None:
+    """Epoch e's order is the generator's e-th draw, also from a sampler made anew at epoch e (a run resumed from
+    an epoch-end checkpoint: Lightning restores no loader state, makes the iterator, then calls set_epoch)."""
+    data = list(range(50))
+    reference = torch.Generator().manual_seed(4)
+    draws = [torch.randperm(50, generator=reference).tolist() for _ in range(3)]
+    whole = ShuffledOrder(data, torch.Generator().manual_seed(4))
+    epochs = []
+    for epoch in range(3):
+        it = iter(whole)  # Lightning's order: the iterator first, then set_epoch
+        whole.set_epoch(epoch)
+        epochs.append(list(it))
+    assert epochs == draws  # the orders of an uninterrupted run: unchanged
+    for epoch in (1, 2):
+        again = ShuffledOrder(data, torch.Generator().manual_seed(4))
+        it = iter(again)
+        again.set_epoch(epoch)
+        assert list(it) == draws[epoch], epoch
+
+
+def test_shuffled_order_restored_mid_epoch_goes_on_with_the_next_epochs_order() -> None:
+    data = list(range(40))
+    whole = StatefulDataLoader(data, batch_size=10, sampler=ShuffledOrder(data, torch.Generator().manual_seed(5)))
+    epochs = []
+    for epoch in range(3):
+        it = iter(whole)
+        whole.sampler.set_epoch(epoch)
+        epochs.append([b.tolist() for b in it])
+    resumed = StatefulDataLoader(data, batch_size=10, sampler=ShuffledOrder(data, torch.Generator().manual_seed(5)))
+    first = StatefulDataLoader(data, batch_size=10, sampler=ShuffledOrder(data, torch.Generator().manual_seed(5)))
+    it = iter(first)
+    first.sampler.set_epoch(0)
+    next(it)
+    it = iter(first)  # epoch 1, stopped after 2 batches
+    first.sampler.set_epoch(1)
+    got = [next(it).tolist(), next(it).tolist()]
+    state = first.state_dict()
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    resumed.sampler.set_epoch(1)  # what Lightning does after restoring
+    assert got + [b.tolist() for b in it] == epochs[1]
+    it = iter(resumed)
+    resumed.sampler.set_epoch(2)
+    assert [b.tolist() for b in it] == epochs[2]

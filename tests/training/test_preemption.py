@@ -215,3 +215,53 @@ def test_a_requeued_slurm_job_continues_its_own_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # not a requeue: an existing run is never overwritten
     with pytest.raises(ConfigError, match="already exists"):
         attnkit.train("reverse", **overrides)
+
+
+class _Batches(Callback):
+    """Each training batch's (epoch, step, a digest of the inputs, the sum of the first weight before the step)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, int, float]] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        first = float(next(pl_module.parameters()).detach().sum())
+        self.seen.append((trainer.current_epoch, trainer.global_step, int(batch[0].sum()), first))
+
+
+def test_a_run_resumed_from_an_epoch_end_checkpoint_trains_the_next_epoch_as_the_uninterrupted_run(tmp_path: Path):
+    """Lightning restores no loader state from a checkpoint written at an epoch's end: the resumed run's loader
+    starts afresh, and once repeated epoch 0's order as its epoch 1. Its epoch 1 must be the uninterrupted
+    run's: the same batches, on the same weights (the schedule fixed by optim.max_iters, so that max_epochs=1
+    then 2 is the same run)."""
+    common = {
+        "data.train_size": 96, "data.val_size": 32, "data.test_size": 32, "data.seq_len": 6,
+        "trainer.batch_size": 16, "trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False,
+        "trainer.deterministic": True, "model.d_model": 16, "model.dim_feedforward": 32, "model.num_layers": 1,
+        "model.num_heads": 1, "optim.max_iters": 1000, "optim.warmup": 2,
+    }  # fmt: skip
+    whole, first, rest = _Batches(), _Batches(), _Batches()
+    attnkit.train("reverse", output_dir=str(tmp_path), name="whole", callbacks=[whole], **common,
+                  **{"trainer.max_epochs": 2})  # fmt: skip
+    cut = attnkit.train("reverse", output_dir=str(tmp_path), name="cut", callbacks=[first], **common,
+                        **{"trainer.max_epochs": 1})  # fmt: skip
+    attnkit.train("reverse", resume=str(cut.run_dir), callbacks=[rest], **{"trainer.max_epochs": 2})
+    assert [s[0] for s in whole.seen] == [0] * 6 + [1] * 6
+    assert [s[2] for s in whole.seen[6:]] != [s[2] for s in whole.seen[:6]]  # epoch 1: another order
+    assert first.seen + rest.seen == whole.seen
+
+
+def test_last_checkpoint_is_the_newest_state_even_when_the_last_epochs_did_not_beat_the_best(tmp_path: Path):
+    """A learning rate too small to change the validation accuracy: epoch 1 is the best and epochs 2-3 only tie
+    it. last.ckpt must still hold the end of epoch 3 (Lightning's save_last copied only the checkpoints that beat
+    the best: last.ckpt stayed at epoch 1, and resuming the run to train it longer lost epochs 2-3)."""
+    run = attnkit.train(
+        "reverse", output_dir=str(tmp_path), name="flat",
+        **{"data.train_size": 64, "data.val_size": 32, "data.test_size": 32, "data.seq_len": 6,
+           "trainer.batch_size": 16, "trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False,
+           "model.d_model": 16, "model.dim_feedforward": 32, "model.num_layers": 1, "model.num_heads": 1,
+           "optim.lr": 1e-12, "optim.warmup": 0, "trainer.max_epochs": 3},
+    ).run_dir  # fmt: skip
+    last = load_checkpoint_file(run / "checkpoints" / "last.ckpt")
+    best = load_checkpoint_file(run / "checkpoints" / "best.ckpt")
+    assert best["global_step"] == 4  # epoch 1 (4 steps an epoch): the later ones only tie it
+    assert last["global_step"] == 12 and last["epoch"] == 2

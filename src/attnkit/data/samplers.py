@@ -33,11 +33,26 @@ CHUNK = 1 << 14  # indices turned into Python ints at a time
 
 class ShuffledOrder(Sampler[int]):
     """Every index of ``data`` once per epoch, in the order of ``torch.randperm(len(data),
-    generator=generator)``; each ``iter()`` draws the next epoch's order from ``generator``."""
+    generator=generator)``; each ``iter()`` draws the next epoch's order from ``generator``.
+
+    Epoch ``e``'s order is the generator's ``e``-th draw, also in a loader made anew for a later epoch: Lightning
+    calls :meth:`set_epoch` at every epoch's start, and a sampler that has drawn fewer epochs skips their draws
+    first. That is what a run resumed from a checkpoint written at an epoch's end needs (Lightning restores no
+    loader state then: the loader starts afresh, and without the skip it would repeat epoch 0's order)."""
 
     def __init__(self, data: Sized, generator: torch.Generator) -> None:
         self.data = data
         self.generator = generator
+        self.epochs_drawn: int | None = 0  # orders drawn from the generator so far (None: a restored old state's)
+
+    def set_epoch(self, epoch: int) -> None:
+        """At epoch ``epoch``'s start: draw (and drop) the orders of the epochs before it not drawn yet."""
+        if self.epochs_drawn is None:  # restored from a state without its epoch: the restored order is this one
+            self.epochs_drawn = epoch + 1
+            return
+        while self.epochs_drawn < epoch:
+            torch.randperm(len(self), generator=self.generator)
+            self.epochs_drawn += 1
 
     def __iter__(self) -> Iterator[int]:
         return _ShuffledOrderIterator(self)
@@ -48,11 +63,17 @@ class ShuffledOrder(Sampler[int]):
 
 class _ShuffledOrderIterator(Iterator[int]):
     """One epoch of a :class:`ShuffledOrder`; ``state_dict`` / ``load_state_dict`` make it
-    torchdata-stateful (the loader saves it in every checkpoint)."""
+    torchdata-stateful (the loader saves it in every checkpoint). The epoch's order is drawn at its first
+    index (or restored by ``load_state_dict``), not when the iterator is made: Lightning makes the training
+    iterator before it calls :meth:`ShuffledOrder.set_epoch`."""
 
     def __init__(self, sampler: ShuffledOrder) -> None:
         self.sampler = sampler
-        self._draw(sampler.generator.get_state(), 0)
+        self.perm: torch.Tensor | None = None
+        self.epoch = -1
+        self.yielded = 0
+        self.chunk: list[int] = []
+        self.chunk_start = 0
 
     def _draw(self, generator_state: torch.Tensor, yielded: int) -> None:
         generator = self.sampler.generator
@@ -60,30 +81,46 @@ class _ShuffledOrderIterator(Iterator[int]):
         self.generator_state = generator_state
         self.perm = torch.randperm(len(self.sampler), generator=generator)
         self.yielded = yielded
-        self.chunk: list[int] = []
+        self.chunk = []
         self.chunk_start = yielded
+
+    def _drawn(self) -> torch.Tensor:
+        """The epoch's order: the generator's next draw, counted by the sampler."""
+        if self.perm is None:
+            sampler, drawn = self.sampler, self.sampler.epochs_drawn
+            self.epoch = -1 if drawn is None else drawn  # None: unknown until the next set_epoch()
+            self._draw(sampler.generator.get_state(), 0)
+            sampler.epochs_drawn = None if drawn is None else drawn + 1
+        assert self.perm is not None
+        return self.perm
 
     def __iter__(self) -> Iterator[int]:
         return self
 
     def __next__(self) -> int:
+        perm = self._drawn()
         i = self.yielded
-        if i >= len(self.perm):
+        if i >= len(perm):
             raise StopIteration
         j = i - self.chunk_start
         if j >= len(self.chunk):
-            self.chunk, self.chunk_start, j = self.perm[i : i + CHUNK].tolist(), i, 0
+            self.chunk, self.chunk_start, j = perm[i : i + CHUNK].tolist(), i, 0
         self.yielded = i + 1
         return self.chunk[j]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"yielded": self.yielded, "generator": self.generator_state}
+        self._drawn()
+        return {"yielded": self.yielded, "generator": self.generator_state, "epoch": self.epoch}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         yielded = int(state_dict["yielded"])
         if not 0 <= yielded <= len(self.sampler):
             raise ValueError(f"a saved shuffled order at {yielded} of {len(self.sampler)} examples: not this data")
         self._draw(state_dict["generator"], yielded)
+        # The restored order is its epoch's draw: the sampler counts it (a state written before the epoch was
+        # saved in it: the next set_epoch() tells which epoch it is).
+        self.epoch = int(state_dict.get("epoch", -1))
+        self.sampler.epochs_drawn = self.epoch + 1 if self.epoch >= 0 else None
 
 
 class LengthGroupedBatches(Sampler[list[int]]):

@@ -276,12 +276,14 @@ def fit(
         monitor=task.monitor[0],
         mode=task.monitor[1],
         save_top_k=1,
-        save_last=True,
         enable_version_counter=False,
         auto_insert_metric_name=False,
     )
+    # last.ckpt: the newest state at every evaluation (Lightning's save_last copies only a checkpoint that beat
+    # the best, so a run whose last epochs did not improve kept an older last.ckpt, and resuming it lost them).
+    latest = ModelCheckpoint(dirpath=ckpt_dir, filename="last", enable_version_counter=False)
     preemption = PreemptionCheckpoint(lambda: folder.last_checkpoint)
-    callbacks = [folder, best, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
+    callbacks = [folder, best, latest, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
     if cfg.trainer.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(folder, cfg.trainer.checkpoint_every_n_steps))
     callbacks.append(preemption)  # after the step checkpoint: a signal's checkpoint is the newest
