@@ -223,6 +223,13 @@ def test_classify_test_data_and_predict_file(classify_run: Path, tmp_path: Path)
     # a table file: its text column, rows numbered from 1
     table = list(attnkit.predict_file(classify_run, tmp_path / "test.csv"))
     assert len(table) == len(rows) and table[0]["row"] == 1 and table[0]["label"] in names
+    # a Parquet file: its text column, the same predictions as the CSV's rows
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"label": [r.rsplit(",", 1)[1] for r in rows], "text": dm.splits.test_texts}),
+                   tmp_path / "test.parquet")  # fmt: skip
+    assert list(attnkit.predict_file(classify_run, tmp_path / "test.parquet")) == table
     (tmp_path / "other.csv").write_text("text,label\nsome text,maybe\n")
     proc = cli_in_process("test", str(classify_run), "--data", str(tmp_path / "other.csv"))
     assert proc.returncode == 2 and "'maybe'" in proc.stderr and "['neg', 'pos']" in proc.stderr

@@ -11,6 +11,8 @@ from pydantic import Field
 
 from attnkit.data.classify.config import ClassifyDataConfig
 from attnkit.data.collate import chunks
+from attnkit.data.readers.arrow_rows import Column, read_rows
+from attnkit.data.readers.columnar import is_columnar, open_columnar
 from attnkit.data.readers.lines import numbered_inputs
 from attnkit.data.readers.tables import SUPPORTED_TABLE_SUFFIXES, read_column
 from attnkit.errors import ConfigError
@@ -132,12 +134,17 @@ class ClassifyTask(Task[ClassifyConfig]):
     def predict_file(
         self, module: TaskModule, path: str | Path, *, batch_size: int = 64, standardized: bool = False
     ) -> Iterator[dict[str, Any]]:
-        """Per text: ``{"line" or "row", "label", "probability"}``. A .csv/.tsv/.jsonl file gives its
-        ``data.text_column`` (``"row"``: the data row, from 1); any other file one text per line."""
+        """Per text: ``{"line" or "row", "label", "probability"}``. A .csv/.tsv/.jsonl file, or a Parquet/Arrow
+        source (a file, a folder of shards, a glob), gives its ``data.text_column`` (``"row"``: the data row, from 1,
+        across the source's files in order); any other file one text per line."""
         cfg = ClassifyConfig.model_validate(module.hparams["config"])
         dm = self.build_datamodule(cfg, module.hparams["artifacts"])
         if Path(str(path)).suffix.lower() in SUPPORTED_TABLE_SUFFIXES:
             key, inputs = "row", list(enumerate(read_column(path, cfg.data.text_column), start=1))
+        elif is_columnar(path):
+            column = Column(cfg.data.text_column, "text", "data.text_column")
+            values, _ = read_rows(open_columnar(path, role="--file").files, [column], where=f"--file {path}")
+            key, inputs = "row", list(enumerate(values[column.name], start=1))
         else:
             key, inputs = "line", numbered_inputs(path)
         names = dm.label_names
