@@ -151,6 +151,8 @@ def test_mlflow_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert uri == f"sqlite:///{tmp_path.resolve() / 'mlflow' / 'mlflow.db'}"
     assert artifacts == (tmp_path.resolve() / "mlflow" / "artifacts").as_uri()
     assert mlflow_location("http://127.0.0.1:5000", tmp_path) == ("http://127.0.0.1:5000", None)
+    for remote in ("databricks", "databricks:my-profile", "databricks://my-profile", "file:/srv/mlruns"):
+        assert mlflow_location(remote, tmp_path) == (remote, None)  # a tracking URI, not a folder to make
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     assert mlflow_location(None, tmp_path) == ("sqlite:///elsewhere.db", None)
     assert mlflow_location(str(tmp_path / "mine"), tmp_path)[0] == f"sqlite:///{tmp_path.resolve() / 'mine/mlflow.db'}"

@@ -121,7 +121,7 @@ def mlflow_location(uri: str | None, output_dir: str | Path) -> tuple[str, str |
     (``http://``, ``sqlite://``, ...) as it is; a folder -> its ``mlflow.db``, its ``artifacts/``; none ->
     ``$MLFLOW_TRACKING_URI``, else the folder ``<output_dir>/mlflow``."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or str(Path(output_dir) / "mlflow")
-    if "://" in uri or uri.startswith("file:"):
+    if "://" in uri or uri.split(":", 1)[0] in ("file", "databricks"):  # `databricks`, `databricks:profile`
         return uri, None
     folder = Path(uri).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
