@@ -174,7 +174,7 @@ assert abs(loss - math.log(tgt_tok.vocab_size)) < 1.5
 #
 # `attnkit.train("translate")` builds this model and trains it with teacher forcing (label smoothing
 # 0.1, AdamW, warm-up and cosine decay). The defaults (24,000 pairs, 5 epochs, about 2½ minutes on a
-# CPU) reach 99.7 % exact matches on the test split. To fit in this notebook the run uses 6,000
+# CPU) reach 99.25 % exact matches on the test split. To fit in this notebook the run uses 6,000
 # pairs for 4 epochs (about 340 steps), with a shorter warm-up (50 steps instead of 200), a
 # slightly higher learning rate and no dropout (in a run this short, dropout slows learning more
 # than it helps: with the default 0.1, this run stops at about 74 % exact matches). At the end,
@@ -198,11 +198,11 @@ print(f"validation token accuracy {metrics['val/acc']:.3f}")
 print(
     f"test: exact match {metrics['test/exact']:.1%}, BLEU {metrics['test/bleu']:.1f}, chrF {metrics['test/chrf']:.1f}"
 )
-assert 0.95 < metrics["test/exact"] < 0.997  # good, but below the full run's 99.7 %
+assert 0.95 < metrics["test/exact"] < 0.9925  # good, but below the full run's 99.25 %
 
 # %% [markdown]
 # About 97 % of the 300 test sentences come out exactly right: a strong result for so short
-# a run, but weaker than the full run's 99.7 %. (These figures are for this seed.)
+# a run, but weaker than the full run's 99.25 %. (These figures are for this seed.)
 #
 # `translate_texts` translates any text with the run's vocabulary and decoding settings. Sentences
 # that are not in the training split:
@@ -248,7 +248,7 @@ assert sum("veinti" in references[i] for i in wrong) > len(wrong) / 2
 # Most errors are the *veinti-* words: English writes *twenty-one* as two words, Spanish as one
 # (*veintiuno*, *veintiún*, *veintinueve*, …). Each of these words is a separate token that occurs
 # in only a small share of the 5,400 training pairs, and the model still mixes them up. The full
-# run, with four times the data, gets 99.7 % of its test sentences right.
+# run, with four times the data, gets 99.25 % of its test sentences right.
 #
 # ## Where the decoder looks: cross-attention
 #
@@ -336,7 +336,7 @@ for sentence in ["She bought two hundred houses.", "She bought two hundred books
         weights = encoder_maps[0, :, hundred, noun]  # every head of this layer
         per_head = [round(w, 2) for w in weights.tolist()]
         print(f"    encoder layer {layer}: 'hundred' -> {source_tokens[noun]!r}, per head: {per_head}")
-        assert weights.max() > 0.3
+    assert weights.max() > 0.5  # the last encoder layer: a head of 'hundred' looks mostly at the noun
 
 plot_attention(
     [m[0] for m in maps["encoder"]],
@@ -348,9 +348,9 @@ plot_attention(
 )
 
 # %% [markdown]
-# In each encoder layer at least one head of *hundred* puts a large share of its attention (over
-# 0.3) on the noun, in both sentences: that is a path by which *doscientas* / *doscientos* can be
-# decided (in the plot: the row of *hundred*). Attention
+# In the last encoder layer a head of *hundred* puts most of its attention (about 0.8) on the noun, in
+# both sentences; in the first layer the shares are smaller. That is a path by which *doscientas* /
+# *doscientos* can be decided (in the plot: the row of *hundred*). Attention
 # maps show where information **can** flow; they are a hint about how the model works, not a full
 # explanation of it.
 #
