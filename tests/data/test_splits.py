@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnkit.data.splits import group_split
+from attnkit.data.splits import group_split, split_records
 
 
 def test_no_group_straddles_splits_and_every_index_is_used_once():
@@ -53,3 +53,18 @@ def test_bad_arguments_are_clear_errors():
         group_split([1, 2, 3], [0.5, 0.5], seed=0)
     with pytest.raises(ValueError, match="one label per example"):
         group_split([1, 2, 3], [0.2], seed=0, stratify=[0, 1])
+
+
+def test_split_records_keeps_groups_whole_and_the_records_in_order() -> None:
+    records = [f"r{i}" for i in range(60)]
+    groups = [i // 3 for i in range(60)]  # 20 groups of 3
+    parts = split_records(records, 0.2, 0.2, seed=1, groups=groups, where="data.source=x.jsonl")
+    assert sorted(parts["train"] + parts["val"] + parts["test"]) == sorted(records)
+    assert all(parts[s] for s in ("train", "val", "test"))
+    seen = {s: {groups[records.index(r)] for r in parts[s]} for s in parts}
+    assert not seen["train"] & seen["val"] and not seen["train"] & seen["test"] and not seen["val"] & seen["test"]
+    for part in parts.values():
+        assert part == sorted(part, key=records.index)  # in the file's order
+    plain = split_records(records, 0.0, 0.0, seed=1)
+    assert plain == {"train": records, "val": [], "test": []}
+    assert len(split_records(["only"], 0.5, 0.4, seed=0)["train"]) == 1  # at least one training record

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "SPLITS", "TEST", "TRAIN", "VAL", "TextSplits", "fraction_split", "group_split", "stratified_split", "take",
+    "SPLITS", "TEST", "TRAIN", "VAL", "TextSplits", "fraction_split", "group_split", "split_records",
+    "stratified_split", "take",
 ]  # fmt: skip
 
 SPLITS = ("train", "val", "test")
@@ -181,3 +182,24 @@ class TextSplits:
 
 def take(items: Sequence[Any], idx: Sequence[int]) -> list[Any]:
     return [items[i] for i in idx]
+
+
+def split_records(
+    records: Sequence[Any],
+    val_fraction: float,
+    test_fraction: float,
+    seed: int,
+    *,
+    groups: Sequence[Any] | None = None,
+    where: str = "",
+) -> dict[str, list[Any]]:
+    """``records`` cut into ``{"train", "val", "test"}`` lists (in their order): whole ``groups`` per split with
+    :func:`group_split` when given, else by fraction (:func:`fraction_split`, at least one training record)."""
+    if groups is not None:
+        parts = group_split(list(groups), [val_fraction, test_fraction], seed, where=where)
+        split_of = np.zeros(len(records), dtype=np.int8)
+        for p, indices in enumerate(parts):
+            split_of[indices] = p
+    else:
+        split_of = fraction_split(len(records), val_fraction, test_fraction, seed, minimum=1)
+    return {s: [r for r, p in zip(records, split_of) if p == i] for i, s in enumerate(SPLITS)}

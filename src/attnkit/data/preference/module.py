@@ -14,7 +14,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
@@ -31,7 +30,7 @@ from attnkit.data.preference.encode import (
 )
 from attnkit.data.preference.read import Feedback, Pair, read_feedback, read_pairs
 from attnkit.data.sft.artifacts import chat_artifacts
-from attnkit.data.splits import SPLITS, fraction_split, group_split
+from attnkit.data.splits import SPLITS, split_records
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
 
@@ -147,15 +146,14 @@ class PreferenceDataModule(SplitDataModule):
         c = self.cfg
         records = self._read_file(c.source)
         given = {"val": c.val_source, "test": c.test_source}
-        fractions = [0.0 if given["val"] else c.val_fraction, 0.0 if given["test"] else c.test_fraction]
-        if c.group_column is not None:
-            parts = group_split([r.group for r in records], fractions, c.seed, where=f"data.source={c.source}")
-            split_of = np.zeros(len(records), dtype=np.int8)
-            for p, indices in enumerate(parts):
-                split_of[indices] = p
-        else:
-            split_of = fraction_split(len(records), fractions[0], fractions[1], c.seed, minimum=1)
-        out = {s: [r for r, p in zip(records, split_of) if p == i] for i, s in enumerate(SPLITS)}
+        out = split_records(
+            records,
+            0.0 if given["val"] else c.val_fraction,
+            0.0 if given["test"] else c.test_fraction,
+            c.seed,
+            groups=None if c.group_column is None else [r.group for r in records],
+            where=f"data.source={c.source}",
+        )
         for split, path in given.items():
             if path:
                 out[split] = self._read_file(path)

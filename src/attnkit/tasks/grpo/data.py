@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from attnkit.data.base import SplitDataModule
@@ -20,7 +19,7 @@ from attnkit.data.preference.encode import encode_prompt
 from attnkit.data.readers.chats import ROLES
 from attnkit.data.readers.jsonl import jsonl_objects
 from attnkit.data.sft.artifacts import chat_artifacts
-from attnkit.data.splits import SPLITS, fraction_split, group_split
+from attnkit.data.splits import SPLITS, split_records
 from attnkit.tasks.grpo.config import GRPODataConfig
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
@@ -135,15 +134,14 @@ class PromptDataModule(SplitDataModule):
         c = self.cfg
         records = read_prompts(c.source, group_key=c.group_column)
         given = {"val": c.val_source, "test": c.test_source}
-        fractions = [0.0 if given["val"] else c.val_fraction, 0.0 if given["test"] else c.test_fraction]
-        if c.group_column is not None:
-            parts = group_split([r.group for r in records], fractions, c.seed, where=f"data.source={c.source}")
-            split_of = np.zeros(len(records), dtype=np.int8)
-            for p, indices in enumerate(parts):
-                split_of[indices] = p
-        else:
-            split_of = fraction_split(len(records), fractions[0], fractions[1], c.seed, minimum=1)
-        out = {s: [r for r, p in zip(records, split_of) if p == i] for i, s in enumerate(SPLITS)}
+        out = split_records(
+            records,
+            0.0 if given["val"] else c.val_fraction,
+            0.0 if given["test"] else c.test_fraction,
+            c.seed,
+            groups=None if c.group_column is None else [r.group for r in records],
+            where=f"data.source={c.source}",
+        )
         for split, path in given.items():
             if path:
                 out[split] = read_prompts(path, group_key=c.group_column)
