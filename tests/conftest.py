@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import background_runs
 import docs_build
 from ci_strict import pytest_runtest_makereport, pytest_terminal_summary
 
@@ -16,15 +17,21 @@ torch.set_num_threads(1)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The docs tests run last, and the site they check starts building now, in the background
-    (tests/docs_build.py): executing the tutorials overlaps the rest of the suite."""
+    (tests/docs_build.py): executing the tutorials overlaps the rest of the suite. Before them, the tests whose runs
+    go in the background after the build (``@pytest.mark.background``, tests/background_runs.py)."""
     docs = [item for item in items if item.path.parent.name == "docs" and item.path.parent.parent.name == "tests"]
+    waiting = [item for item in items if item.get_closest_marker("background") and item not in docs]
+    if docs or waiting:
+        items[:] = [item for item in items if item not in docs and item not in waiting] + waiting + docs
     if docs:
-        items[:] = [item for item in items if item not in docs] + docs
         docs_build.start()
+    if waiting:
+        background_runs.start([str(item.get_closest_marker("background").args[0]) for item in waiting])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     docs_build.stop()
+    background_runs.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -114,6 +114,12 @@ def pages() -> list[dict[str, object]] | None:
     return _BUILD.pages()
 
 
+def wait() -> None:
+    """Return once the build (where one was started) has ended."""
+    if _BUILD is not None:
+        _BUILD.proc.wait()
+
+
 def stop() -> None:
     """Kill a build still running (an interrupted session) and remove its folder."""
     global _BUILD

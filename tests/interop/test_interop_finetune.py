@@ -18,6 +18,7 @@ from attnkit.models import BertClassifier
 from attnkit.tasks import get_task, load_run
 from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.runner import build_module
+from cli_inprocess import cli_ok
 
 FINETUNE = [
     "data.max_len=32",
@@ -84,10 +85,10 @@ def test_finetune_predict_and_export_through_the_cli(bert_dir: Path, reviews_csv
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["init"] == str(init)
 
     shutil.rmtree(init)  # the checkpoint alone (with the tokenizer in its artifacts) predicts
-    out = run_cli("predict", str(run), "A wonderful film and a great story.", "The plot was awful.").stdout
+    out = cli_ok("predict", str(run), "A wonderful film and a great story.", "The plot was awful.").stdout
     assert [line.split("\t")[0] for line in out.strip().splitlines()] == ["positive", "negative"]
 
-    run_cli("export", str(run), "--out", str(tmp_path / "exported"))
+    cli_ok("export", str(run), "--out", str(tmp_path / "exported"))
     exported = load_model(tmp_path / "exported")
     trained = load_run(run).module.model
     assert type(exported) is BertClassifier

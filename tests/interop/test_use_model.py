@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import QUIET_TRAINING, run_cli
+from cli_helpers import QUIET_TRAINING
 
 from attnkit import api
 from attnkit.errors import CheckpointError
 from attnkit.interop import load_pretrained
 from attnkit.text.framing import document_bounds, document_ids, prompt_ids
 from chat_models import build_chat_model
-from cli_inprocess import cli_in_process
+from cli_inprocess import cli_in_process, cli_ok
 
 SENTENCES = [
     "the cat sat on the mat and looked at the bird",
@@ -103,7 +103,7 @@ def test_generate_continues_as_transformers_and_the_cli_reads_the_folder(chat_di
     assert model.encode_prompt(prompt) == ids
     text = model.generate(prompt, 10)
     assert text == hf_tok.decode(_hf_greedy(chat_dir, ids, 10), skip_special_tokens=True)
-    out = run_cli("generate", str(chat_dir), "--prompt", prompt, "--max-new-tokens", "10", "--temperature", "0")
+    out = cli_ok("generate", str(chat_dir), "--prompt", prompt, "--max-new-tokens", "10", "--temperature", "0")
     assert out.stdout == prompt + text + "\n"
 
 
@@ -212,5 +212,5 @@ def test_lm_init_fine_tunes_a_hugging_face_folder_with_its_tokenizer(chat_dir: P
     # The run works with every command: chat and generate from Python and the command line.
     model = api.load_model(run)
     assert isinstance(model.chat(MESSAGES[:2], 4), str)
-    out = run_cli("generate", str(run), "--prompt", "the cat", "--max-new-tokens", "4", "--temperature", "0")
+    out = cli_ok("generate", str(run), "--prompt", "the cat", "--max-new-tokens", "4", "--temperature", "0")
     assert out.stdout.startswith("the cat") and out.stdout.rstrip("\n") == "the cat" + model.generate("the cat", 4)

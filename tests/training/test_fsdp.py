@@ -23,7 +23,7 @@ import probed_cli
 import pytest
 import torch
 import torch.distributed as dist
-from cli_helpers import metrics_in_one_process, run_cli
+from cli_helpers import metrics_in_one_process
 from test_preemption import DDP_ARGS, DDP_PER_EPOCH, DDP_STOP
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
@@ -36,6 +36,7 @@ from attnkit.tasks import TASKS
 from attnkit.training.checkpoint import load_checkpoint_file
 from attnkit.training.runner import build_module
 from attnkit.training.sharding import ShardingPlan, gathered_weights, shard_model
+from cli_inprocess import cli_in_process
 
 LM = [
     "data.builtin_documents=100", "model.d_model=32", "model.num_layers=2", "model.num_heads=2",
@@ -146,7 +147,9 @@ def test_fsdp_trains_as_ddp_and_its_checkpoint_loads_without_the_strategy(tmp_pa
     assert one.keys() == {k for k in metrics if k.startswith("test/")} and one
     for key, value in one.items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key
-    text = run_cli("generate", str(run), "--temperature", "0", "--max-new-tokens", "12", "--prompt", "the").stdout
+    generated = cli_in_process("generate", str(run), "--temperature", "0", "--max-new-tokens", "12", "--prompt", "the")
+    assert generated.returncode == 0, generated.stderr
+    text = generated.stdout
     assert text.strip().startswith("the") and len(text.strip()) > len("the")
 
 

@@ -90,7 +90,7 @@ def cli(*args: str):
 
 def test_cli_generate(lm_run: Path):
     args = ["--prompt", "The old", "--max-new-tokens", "30", "--seed", "4", "--num-samples", "2", "--top-k", "5"]
-    out = run_cli("generate", str(lm_run), *args, "--top-p", "0.9").stdout
+    out = run_cli("generate", str(lm_run), *args, "--top-p", "0.9").stdout  # a real process
     lines = out.splitlines()
     assert len(lines) == 2 and all(line.startswith("The old") for line in lines) and out.endswith("\n")
     # --seed makes sampling reproducible: the same texts again, in this process

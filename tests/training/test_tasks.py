@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import run_cli
 
 import attnkit
 from attnkit.tasks import load_run
-from cli_inprocess import cli_in_process
+from cli_inprocess import cli_in_process, cli_ok
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False}
 
@@ -30,7 +29,7 @@ def test_anomaly_digits_learns_and_is_permutation_equivariant(tmp_path: Path):
     perm = torch.randperm(10)
     with torch.no_grad():
         assert torch.allclose(model(x)[:, perm], model(x[:, perm]), atol=1e-5)
-    out = run_cli("predict", str(result.run_dir), "0", "3").stdout.splitlines()
+    out = cli_ok("predict", str(result.run_dir), "0", "3").stdout.splitlines()
     assert len(out) == 2 and out[0].startswith("set 0: odd one out at ")
 
 
@@ -58,7 +57,7 @@ def test_anomaly_on_user_feature_file(tmp_path: Path):
     assert result.metrics["test/acc"] > 0.8  # well-separated clusters: easy
     sets = torch.from_numpy(features[:6].astype(np.float32))[None]  # raw: predict standardises like the run
     torch.save({"sets": sets}, tmp_path / "sets.pt")
-    out = run_cli("predict", str(result.run_dir), str(tmp_path / "sets.pt")).stdout
+    out = cli_ok("predict", str(result.run_dir), str(tmp_path / "sets.pt")).stdout
     assert "sets.pt[0]: odd one out at" in out
 
 
@@ -97,10 +96,10 @@ def test_classify_csv_file_learns_and_predicts(tmp_path: Path):
     assert result.metrics["test/acc"] >= 0.9
     artifacts = load_run(result.run_dir).hparams["artifacts"]
     assert artifacts["label_names"] == ["neg", "pos"]
-    out = run_cli("predict", str(result.run_dir), "a wonderful superb film", "boring and awful").stdout.splitlines()
+    out = cli_ok("predict", str(result.run_dir), "a wonderful superb film", "boring and awful").stdout.splitlines()
     assert out[0].startswith("pos\t") and out[1].startswith("neg\t")
     metrics = json.loads((result.run_dir / "metrics.json").read_text())["metrics"]
-    tested = run_cli("test", str(result.run_dir)).stdout
+    tested = cli_ok("test", str(result.run_dir)).stdout
     assert f"{metrics['test/acc']:.4f}" in tested
 
 

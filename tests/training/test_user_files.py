@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from cli_helpers import run_cli
 
 import attnkit
 from attnkit.data.anomaly.config import AnomalyDataConfig
@@ -25,7 +24,7 @@ from attnkit.tasks import load_run
 from attnkit.tasks.lm import generate_text
 from attnkit.tasks.translate import translate_texts
 from attnkit.text.tokenizers import BOS_ID, EOS_ID
-from cli_inprocess import cli_in_process
+from cli_inprocess import cli_in_process, cli_ok
 
 FAST = {"trainer.threads": 1, "trainer.progress_bar": False, "trainer.report": False, "trainer.max_epochs": 1}
 
@@ -35,7 +34,7 @@ def _metrics(run_dir: Path) -> dict[str, float]:
 
 
 def _cli_metrics(*args: str) -> dict[str, float]:
-    out = run_cli("test", *args).stdout
+    out = cli_ok("test", *args).stdout
     return {key: float(value) for key, value in (line.split() for line in out.splitlines())}
 
 
@@ -75,7 +74,7 @@ def test_reverse_predict_file_writes_json_lines(reverse_run: Path, tmp_path: Pat
     path = tmp_path / "in.txt"
     path.write_text("1 2 3 4 5 6 7 8\n\n0 0 1 1 2 2 3 3\n9 8 7 6 5 4 3 2\n")
     out = tmp_path / "out.jsonl"
-    run_cli("predict", str(reverse_run), "--file", str(path), "--out", str(out), "--batch-size", "2")
+    cli_ok("predict", str(reverse_run), "--file", str(path), "--out", str(out), "--batch-size", "2")
     records = _json_lines(out)
     assert [r["line"] for r in records] == [1, 3, 4]  # blank lines are skipped, line numbers kept
     module = load_run(reverse_run).module
@@ -133,7 +132,7 @@ def test_anomaly_predict_raw_equals_standardised_by_hand(anomaly_run: Path, tmp_
     mean, std = torch.tensor(artifacts["mean"]), torch.tensor(artifacts["std"])
     torch.save({"sets": items, "targets": torch.zeros(5, dtype=torch.long)}, tmp_path / "raw.pt")
     np.savez(tmp_path / "std.npz", sets=((items - mean) / std).numpy())
-    run_cli("predict", str(anomaly_run), "--file", str(tmp_path / "raw.pt"), "--out", str(tmp_path / "a.jsonl"))
+    cli_ok("predict", str(anomaly_run), "--file", str(tmp_path / "raw.pt"), "--out", str(tmp_path / "a.jsonl"))
     a = _json_lines(tmp_path / "a.jsonl")
     b = list(attnkit.predict_file(anomaly_run, tmp_path / "std.npz", standardized=True, batch_size=2))
     assert [r["set"] for r in a] == list(range(5)) and all(r["target"] == 0 for r in a)
@@ -216,7 +215,7 @@ def test_classify_test_data_and_predict_file(classify_run: Path, tmp_path: Path)
 
     texts = ["a wonderful superb film", "boring and awful plot", "loved it"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    run_cli("predict", str(classify_run), "--file", str(tmp_path / "in.txt"), "--out", str(tmp_path / "o.jsonl"))
+    cli_ok("predict", str(classify_run), "--file", str(tmp_path / "in.txt"), "--out", str(tmp_path / "o.jsonl"))
     records = _json_lines(tmp_path / "o.jsonl")
     shown = run.task.predict(run.module, texts)
     assert [f"{r['label']}\t{r['probability']:.3f}" for r in records] == shown
@@ -287,7 +286,7 @@ def test_translate_test_data_and_predict_file(translate_run: Path, tmp_path: Pat
 
     texts = ["twelve", "I have one book.", "three hundred"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    run_cli("predict", str(translate_run), "--file", str(tmp_path / "in.txt"), "--out", str(tmp_path / "o.jsonl"))
+    cli_ok("predict", str(translate_run), "--file", str(tmp_path / "in.txt"), "--out", str(tmp_path / "o.jsonl"))
     records = _json_lines(tmp_path / "o.jsonl")
     assert [r["translation"] for r in records] == translate_texts(run.module, texts)
     assert all(r["log_prob"] < 0 for r in records)
@@ -326,7 +325,7 @@ def test_lm_test_data_and_predict_file_perplexity(lm_run: Path, tmp_path: Path):
 
     texts = ["the cat sat.", "it was happy. the cat number 7 sat on the mat."]  # the second is longer than 16
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
-    out = run_cli("predict", str(lm_run), "--file", str(tmp_path / "in.txt"), "--batch-size", "1").stdout
+    out = cli_ok("predict", str(lm_run), "--file", str(tmp_path / "in.txt"), "--batch-size", "1").stdout
     records = [json.loads(line) for line in out.splitlines()]
     tokenizer = dm.tokenizer
     ids = [BOS_ID, *tokenizer.encode(texts[0]), EOS_ID]  # <bos> text <eos>
