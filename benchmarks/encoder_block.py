@@ -415,6 +415,28 @@ def loadavg() -> tuple[float, float, float]:
         return (float("nan"),) * 3
 
 
+def quiet_check(threads: int) -> tuple[tuple[float, float, float], dict[str, float], list[str]]:
+    """Print the load average and a calibration loop's spread, and a ``WARNING`` line for each sign that the
+    machine is not quiet; returns ``(load average at start, the calibration, the warnings)`` (print the warnings
+    again at the end)."""
+    load_start = loadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
+    calib = calibrate(threads)
+    print(
+        f"calibration (192x192 matmul x20, 25 samples): median {calib['median_s'] * 1e3:.2f} ms, "
+        f"IQR {calib['rel_iqr'] * 100:.1f}%, max/min {calib['max_over_min']:.2f}"
+    )
+    notes = []
+    if load_start[0] > 0.5 * (os.cpu_count() or 1):
+        notes.append(f"1-minute load average is {load_start[0]:.2f} before starting: the machine is not quiet")
+    if calib["rel_iqr"] > 0.10 or calib["max_over_min"] > 1.6:
+        notes.append("the calibration loop's timings spread widely: another process is using the CPU")
+    for w in notes:
+        print(f"WARNING: {w}")
+    print()
+    return load_start, calib, notes
+
+
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------

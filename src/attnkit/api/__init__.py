@@ -11,7 +11,8 @@ Lightning.
 - Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`;
   conversations (:mod:`attnkit.api.chat`): :class:`ChatSession`, :class:`Reply`.
 - Looking inside a decoder (:mod:`attnkit.api.inspecting`): :func:`inspect_lens`, :func:`inspect_attribution`,
-  :func:`inspect_patch`, :func:`inspect_heads`, :func:`inspect_figure`.
+  :func:`inspect_patch`, :func:`inspect_heads`, :func:`inspect_figure`; what tuning changed
+  (:mod:`attnkit.api.diffing`): :func:`diff_models`.
 - Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
 - Models (:mod:`attnkit.api.models`): :func:`load_model` (any run or model folder, to generate and
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from attnkit.api.catalog import list_tasks
     from attnkit.api.chat import ChatSession, Reply
+    from attnkit.api.diffing import diff_models
     from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
     from attnkit.api.exploring import explore
     from attnkit.api.generation import generate, read_lines, translate
@@ -68,6 +70,7 @@ HOMES = {
     "inspect_patch": "attnkit.api.inspecting",
     "inspect_heads": "attnkit.api.inspecting",
     "inspect_figure": "attnkit.api.inspecting",
+    "diff_models": "attnkit.api.diffing",
     "plot_attention": "attnkit.api.plots",
     "plot_positional": "attnkit.api.plots",
     "plot_schedule": "attnkit.api.plots",
@@ -93,6 +96,7 @@ __all__ = [
     "Exported",
     "Reply",
     "build_config",
+    "diff_models",
     "evaluate",
     "evaluate_harness",
     "explore",

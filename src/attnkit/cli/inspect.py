@@ -1,4 +1,5 @@
-"""Commands that look inside a decoder: ``inspect lens|attribution|patch|heads``."""
+"""Commands that look inside a decoder: ``inspect lens|attribution|patch|heads``, and ``diff`` (what tuning
+changed between two decoders)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,35 @@ def heads(model: str, length: int, batch: int, seed: int, as_json: bool, out: st
         )
 
     _finish(lambda: api.inspect_heads(model, length=length, batch=batch, seed=seed), as_json, out, summary)
+
+
+@main.command("diff")
+@click.argument("base", type=UserPath())
+@click.argument("tuned", type=UserPath())
+@click.option("--prompts", "prompts", required=True, type=UserPath(exists=True, dir_okay=False),
+              help="The prompts to compare on: a text file (one a line) or JSON lines (prompt or text).")  # fmt: skip
+@click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Heads listed per ranking.")
+@_options
+def diff(base: str, tuned: str, prompts: str, top: int, as_json: bool, out: str | None) -> None:
+    """What tuning changed between BASE and TUNED (a run and its sft, preference or LoRA run, or any two models
+    of one architecture and tokenizer): per layer the KL divergence of the logit lenses, the heads whose attention
+    patterns and logit attributions changed most, and the weight updates.
+
+    \b
+      attnkit diff runs/lm/base runs/sft/tuned --prompts prompts.txt --out diff.png
+    """
+
+    def summary(r: dict[str, Any]) -> str:
+        kl = ", ".join(f"{v:.3g}" for v in r["layer_kl"])
+        lines = [f"{r['prompts']} prompt(s), {r['positions']} positions", f"KL(tuned || base) per layer: {kl}"]
+        lines.append("heads by pattern change: " + ", ".join(
+            f"L{c['layer']}H{c['head']} {c['score']:.3f}" for c in r["top_pattern"]))  # fmt: skip
+        if "top_attribution" in r:
+            lines.append("heads by attribution change: " + ", ".join(
+                f"L{c['layer']}H{c['head']} {c['score']:.3f}" for c in r["top_attribution"]))  # fmt: skip
+        updates = r["weight_updates"][:top]
+        lines.append(f"{len(r['weight_updates'])} weight(s) changed" + (": " if updates else ""))
+        lines += [f"  {u['name']}: {u['norm']:.4g} ({u['relative']:.2%} of the base's)" for u in updates]
+        return "\n".join(lines)
+
+    _finish(lambda: api.diff_models(base, tuned, prompts, top=top), as_json, out, summary)

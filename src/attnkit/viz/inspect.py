@@ -111,7 +111,36 @@ def plot_head_scores(result: dict[str, Any]) -> Figure:
     return fig
 
 
-_DRAW = {"lens": plot_lens, "attribution": plot_attribution, "patch": plot_patching, "heads": plot_head_scores}
+def plot_diff(result: dict[str, Any]) -> Figure:
+    """What tuning changed: the logit lenses' KL divergence per layer, and each head's pattern change (and, for
+    pre-norm models, its attribution change), layers × heads."""
+    panels = [("pattern_change", "attention pattern change (TV distance)")]
+    if result.get("attribution_change") is not None:
+        panels.append(("attribution_change", "direct attribution change"))
+    layers, heads = len(result["pattern_change"]), len(result["pattern_change"][0])
+    fig = Figure(figsize=(4.0 + 4.5 * len(panels), max(3.0, 0.35 * layers + 1.5)), layout="constrained")
+    axes = fig.subplots(1, 1 + len(panels))
+    kl = np.asarray(result["layer_kl"], dtype=float)
+    axes[0].barh(range(len(kl)), kl, color="tab:purple")
+    axes[0].invert_yaxis()
+    axes[0].set_yticks(range(len(kl)), [str(i) for i in range(len(kl) - 1)] + ["out"])
+    axes[0].set_title("KL(tuned || base) of the logit lens", fontsize=10)
+    axes[0].set_ylabel("layer")
+    for ax, (key, title) in zip(axes[1:], panels):
+        _heat(ax, result[key], title, [str(h) for h in range(heads)], [str(i) for i in range(layers)],
+              vmin=0.0, cmap="viridis")  # fmt: skip
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+    return fig
+
+
+_DRAW = {
+    "lens": plot_lens,
+    "attribution": plot_attribution,
+    "patch": plot_patching,
+    "heads": plot_head_scores,
+    "diff": plot_diff,
+}
 
 
 def inspect_figure(result: dict[str, Any]) -> Figure:
