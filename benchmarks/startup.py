@@ -14,7 +14,10 @@ missed goal: each command succeeds, and none of them imports ``lightning`` (aske
 ``sys.modules`` after the import, or ``-X importtime`` for the two commands). Before timing, the machine's
 1-minute load average is printed; above 0.5 per core a warning says the figures are unreliable. The count
 of modules each command imports beyond its reference (``-X importtime``), and their top-level packages,
-is printed too: a figure that a busy machine does not blur.
+is printed too: a figure that a busy machine does not blur. Before timing, the bytecode of attnkit's
+modules that lack it (or whose source changed since) is written, as an installed package has it: the
+reference's torch and matplotlib are timed with theirs, and a tree run with ``PYTHONDONTWRITEBYTECODE``
+(as here) would otherwise compile each changed module again in every round.
 
     .venv/bin/python benchmarks/startup.py              # 8 rounds
     .venv/bin/python benchmarks/startup.py --quick      # 1 round, goals not enforced: a smoke test
@@ -23,6 +26,8 @@ is printed too: a figure that a busy machine does not blur.
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import json
 import os
 import shutil
@@ -65,6 +70,22 @@ def run_timed(cmd: list[str]) -> float:
     return elapsed
 
 
+def compile_bytecode() -> tuple[int, int]:
+    """Write the bytecode of every attnkit module that lacks it or is older than its source (``compileall``,
+    into the package's ``__pycache__`` folders, which git ignores); (modules compiled, modules)."""
+    spec = importlib.util.find_spec("attnkit")  # finds the package without importing it
+    assert spec is not None and spec.submodule_search_locations, "attnkit is not installed"
+    package = Path(next(iter(spec.submodule_search_locations)))
+    sources = sorted(package.rglob("*.py"))
+    stale = 0
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        stale += not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime
+    if not compileall.compile_dir(package, quiet=1):
+        raise SystemExit(f"FAILED: compiling {package} (compileall): see the errors above")
+    return stale, len(sources)
+
+
 def imported_modules(cmd: list[str]) -> set[str]:
     """Every module ``cmd`` imports (``python -X importtime``'s report)."""
     assert cmd[0] == PY
@@ -96,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if load > 0.5 * ncpu:
         print("WARNING: the machine is not quiet: start-up times of whole processes will be noisy")
     failures: list[str] = []
+    stale, total = compile_bytecode()
+    print(f"bytecode: {stale} of attnkit's {total} modules compiled first (missing or older than the source)")
 
     # Lightning must not be imported by any of the commands. What each imports beyond its reference is
     # counted too: a figure that a busy machine does not blur (the times below it does).

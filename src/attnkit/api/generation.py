@@ -8,8 +8,6 @@ from typing import Any
 
 from attnkit.data.readers.lines import read_lines
 from attnkit.models.generation import FIELDS, SamplingError, SamplingParams, field_doc
-from attnkit.tasks.lm import generate_from_run
-from attnkit.tasks.translate import translate_run
 from attnkit.text.generate import sampling_params
 
 __all__ = ["FIELDS", "SamplingError", "SamplingParams", "field_doc", "generate", "read_lines", "translate"]
@@ -43,6 +41,11 @@ def generate(
     naming the field), before the run is loaded or anything is written.
     """
     params = sampling_params(params, options, max_tokens=200)
+    # Lazy, to keep a heavy stack off the start-up path (no cycle: the tasks never import the API): the
+    # command line's `generate --help` and `chat --help` derive their flags from this module's
+    # SamplingParams, and must not import every task (the registry) to show them.
+    from attnkit.tasks.lm import generate_from_run
+
     return generate_from_run(run, prompt, params, num_samples=num_samples, batch_size=batch_size, write=write)
 
 
@@ -56,4 +59,6 @@ def translate(
     """One translation (a single line) per text of ``texts``, with a trained ``translate`` run (folder
     or checkpoint file). ``beam_size``: 1 is greedy decoding (default: the run's ``decode.beam_size``).
     ``warn`` receives warnings about the inputs (e.g. words the vocabulary does not know)."""
+    from attnkit.tasks.translate import translate_run  # lazy: see generate
+
     return translate_run(run, texts, beam_size=beam_size, warn=warn)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from matplotlib.colors import Normalize
 from torch import Tensor
 
-from attnkit.training.task import AttentionExample
 from attnkit.viz.figure import Figure
 from attnkit.viz.runs import loaded_run
+
+if TYPE_CHECKING:
+    from attnkit.training.task import AttentionExample
 
 __all__ = [
     "attention_examples",

@@ -8,6 +8,22 @@
 - :mod:`~attnkit.viz.explorer.app`: the local web app ``attnkit explore`` serves (FastAPI).
 """
 
-from attnkit.viz.explorer.views import DecoderExplorer, EncoderExplorer, Explorer, RunExplorer, load_explorer
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnkit.viz.explorer.views import DecoderExplorer, EncoderExplorer, Explorer, RunExplorer, load_explorer
 
 __all__ = ["DecoderExplorer", "EncoderExplorer", "Explorer", "RunExplorer", "load_explorer"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, to keep a heavy stack off the start-up path, not to hide a cycle (the views import nothing of
+    # this package but its payload): the views load models (interop, the models, the tasks' runs), and
+    # `import attnkit.viz`, whose `explore` lives in this package's page, must not pay for them.
+    if name in __all__:
+        import attnkit.viz.explorer.views as views
+
+        return getattr(views, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

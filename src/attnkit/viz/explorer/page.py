@@ -9,8 +9,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from attnkit.viz.explorer.views import load_explorer
-
 __all__ = ["ASSETS", "ExploreView", "asset", "explore", "standalone_html"]
 
 ASSETS = ("index.html", "explore.js", "explore.css")
@@ -88,6 +86,11 @@ def explore(
     ``seed``). ``height``: of the frame, in pixels."""
     if view not in ("head", "matrix", "model"):
         raise ValueError(f"view must be 'head', 'matrix' or 'model', got {view!r}")
+    # Lazy, to keep a heavy stack off the start-up path (no import cycle: the views do not import this
+    # module): loading a model needs interop, the models and the tasks' runs, which `import attnkit.viz`
+    # (this function is `attnkit.viz.explore`) must not import.
+    from attnkit.viz.explorer.views import load_explorer
+
     explorer = load_explorer(model)
     payload = explorer.view(text, steps=steps, temperature=temperature, seed=seed)
     block = payload["blocks"][0]
