@@ -151,6 +151,10 @@ MODULES: dict[str, Module] = {
         ("tests/serve/test_engine.py", "tests/serve/test_engine_mutants.py"),
         timeout_multiplier=2.0,
     ),
+    # The HTTP app in-process only (create_app over a tiny model, FastAPI's TestClient): the tests of tests/serve
+    # that start an `attnkit serve` process run it where mutmut does not see the functions called. Every test
+    # builds its own app (mutmut gives a mutant of create_app only to the tests that called it).
+    "app": Module("src/attnkit/serve/app.py", ("tests/serve/test_app_inprocess.py",)),
     # The gradient accumulation of training/module.py (training_step's summed loss, on_before_optimizer_step's
     # scale): run it with --only on those functions. TaskModule.__init__ is kept unmutated (see Module.keep).
     "accumulation": Module(

@@ -276,3 +276,17 @@ EQUIVALENT |= {
     _E + "_drop__mutmut_26": "`or` in an assertion for the type checker: the batch's cache and sampler are set and "
     "cleared together (_join, _clear), so both are set while rows remain",
 }
+_APP = "attnkit.serve.app.x_create_app__mutmut_"
+EQUIVALENT |= {
+    **{
+        _APP + f"{n}": "the engine's context not given (None or left out): Engine then takes the model's "
+        "config.max_len, which is what Pretrained.context is"
+        for n in (26, 32)
+    },
+    _APP + "187": '"UTF-8" for "utf-8": codec names are case-insensitive',
+    **{
+        _APP + f"{n}": "the Retry-After header's name in another case: HTTP header names are case-insensitive (the "
+        "server sends them lower-cased anyway)"
+        for n in (224, 225)
+    },
+}

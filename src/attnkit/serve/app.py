@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -143,6 +144,16 @@ def create_app(
             data = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise _Error(400, f"the request body is not valid JSON: {err}") from None
+        except ValueError:  # valid JSON, but an integer past Python's conversion limit
+            raise _Error(
+                400,
+                f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits: "
+                "send numbers of ordinary size",
+            ) from None
+        except RecursionError:  # "[[[[...": the parser's recursion, within the body's size limit
+            raise _Error(
+                400, "the request body's JSON is nested too deeply: send an object of the request's fields"
+            ) from None
         if not isinstance(data, dict):
             raise _Error(400, "the request body must be a JSON object")
         try:
@@ -176,9 +187,18 @@ def create_app(
         time) once its ``texts`` pass the limits (else 400) and the queue has room (else 429)."""
         try:
             admission.check_texts(texts, param)
+            for text in texts:  # a lone surrogate ("\ud800" in the JSON) is no text a tokenizer can read
+                text.encode("utf-8")
             admission.reserve(count)
         except TooMuchText as err:
             raise _Error(400, str(err), param=err.param) from None
+        except UnicodeEncodeError as err:
+            raise _Error(
+                400,
+                f"the request's {param}: a lone surrogate ({err.object[err.start]!r}) is not a character; "
+                "send text that is valid Unicode",
+                param=param,
+            ) from None
         except QueueFull as err:
             raise _Error(429, str(err), type="server_busy", code="queue_full", headers={"Retry-After": "1"}) from None
         try:

@@ -184,7 +184,8 @@ def _bias(value: Any) -> Any:
         )
     out = {}
     for key, bias in value.items():
-        if not isinstance(key, str) or not key.isdigit() or not key.isascii():
+        # more than 20 digits: past every vocabulary (and int() refuses more than 4300)
+        if not isinstance(key, str) or not key.isdigit() or not key.isascii() or len(key) > 20:
             raise RequestError(
                 f'logit_bias keys must be token ids written as strings (e.g. "42"), got {key!r}', "logit_bias"
             )
