@@ -7,12 +7,13 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["decode_utf8", "write_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["decode_utf8", "json_body", "write_atomic", "write_json_atomic", "write_text_atomic"]
 
 
 def decode_utf8(raw: bytes, where: str | Path, *, error: type[Exception] = ValueError, fix: str = "") -> str:
@@ -27,6 +28,24 @@ def decode_utf8(raw: bytes, where: str | Path, *, error: type[Exception] = Value
         column = start - raw.rfind(b"\n", 0, start)
         then = f"; {fix}" if fix else ""
         raise error(f"{where}:{line}: not UTF-8 (byte {raw[start]:#04x} at column {column}){then}") from None
+
+
+def json_body(raw: bytes) -> Any:
+    """A request body parsed as JSON; every way it cannot be (not UTF-8, not JSON, nested too deeply for the
+    parser, an integer past Python's conversion limit) is a ``ValueError`` whose message a client can act on."""
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"the request body is not valid JSON: {err}") from None
+    except ValueError:  # valid JSON, but an integer past Python's conversion limit
+        raise ValueError(
+            f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits: "
+            "send numbers of ordinary size"
+        ) from None
+    except RecursionError:  # "[[[[...": the parser's recursion, within the body's size limit
+        raise ValueError(
+            "the request body's JSON is nested too deeply: send an object of the request's fields"
+        ) from None
 
 
 def write_atomic(path: str | Path, write: Callable[[str], Any]) -> None:

@@ -53,3 +53,22 @@ def test_the_app_answers_400_naming_the_field(llama: Pretrained):
             assert answer["detail"].startswith(f"{field} must be")
         body = json.dumps({"text": "The old owl", "steps": 3, "temperature": 0.5, "seed": 1}).encode()
         assert raw(url, "POST", "/api/view", body, json_type)[0] == 200
+
+
+def test_bodies_no_parser_or_tokenizer_can_read_are_400_naming_what_is_wrong(llama: Pretrained):
+    """JSON nested too deeply, an integer of more digits than Python converts, a lone surrogate in the text: each
+    a 400 that says what is wrong (they were a 500 from the parser or the tokenizer), and the app answers after."""
+    json_type = {"Content-Type": "application/json"}
+    digits = sys.get_int_max_str_digits() + 1
+    bodies = [
+        (b"[" * 100_000 + b"]" * 100_000, "the request body's JSON is nested too deeply"),
+        (b'{"text": "hi", "seed": 1' + b"0" * digits + b"}", f"holds an integer of more than {digits - 1} digits"),
+        (b'{"text": "The \\ud800 owl", "steps": 1}', "the text: a lone surrogate ('\\ud800') is not a character"),
+        (b'{"text": "hi"', "the request body is not valid JSON"),
+    ]
+    with running(create_explore_app(load_explorer(llama), max_body_bytes=1_000_000)) as url:
+        for body, message in bodies:
+            status, answer = raw(url, "POST", "/api/view", body, json_type)
+            assert status == 400 and message in answer["detail"], answer
+        good = json.dumps({"text": "The old owl", "steps": 1}).encode()
+        assert raw(url, "POST", "/api/view", good, json_type)[0] == 200

@@ -16,10 +16,8 @@ Errors have OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +30,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from attnkit.interop import Pretrained
+from attnkit.io import json_body
 from attnkit.models import LanguageModel
 from attnkit.models.generation import SamplingError, SamplingParams
 from attnkit.models.generation.prefix_cache import PrefixCache
@@ -141,19 +140,9 @@ def create_app(
 
     async def parse(request: Request, kind: type[Body]) -> Body:
         try:
-            data = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise _Error(400, f"the request body is not valid JSON: {err}") from None
-        except ValueError:  # valid JSON, but an integer past Python's conversion limit
-            raise _Error(
-                400,
-                f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits: "
-                "send numbers of ordinary size",
-            ) from None
-        except RecursionError:  # "[[[[...": the parser's recursion, within the body's size limit
-            raise _Error(
-                400, "the request body's JSON is nested too deeply: send an object of the request's fields"
-            ) from None
+            data = json_body(await request.body())
+        except ValueError as err:
+            raise _Error(400, str(err)) from None
         if not isinstance(data, dict):
             raise _Error(400, "the request body must be a JSON object")
         try:

@@ -26,6 +26,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
+from attnkit.io import json_body
 from attnkit.serve.guard import Guard
 from attnkit.viz.explorer.page import ASSETS, asset
 from attnkit.viz.explorer.views import Explorer
@@ -83,9 +84,9 @@ def create_explore_app(
     @app.post("/api/view")
     async def view(request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise HTTPException(400, f"the request body must be JSON ({err})") from None
+            body = json_body(await request.body())
+        except ValueError as err:
+            raise HTTPException(400, str(err)) from None
         if not isinstance(body, dict):
             raise HTTPException(400, 'the request body must be a JSON object: {"text": "...", "steps": 0}')
         unknown = sorted(set(body) - FIELDS)
@@ -93,6 +94,13 @@ def create_explore_app(
             raise HTTPException(400, f"unknown field(s) {unknown}; a view takes {sorted(FIELDS)}")
         if "text" not in body:
             raise HTTPException(400, 'no "text": the input to look at')
+        try:  # a lone surrogate ("\ud800" in the JSON) is no text a tokenizer can read
+            if isinstance(body["text"], str):
+                body["text"].encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise HTTPException(
+                400, f"the text: a lone surrogate ({err.object[err.start]!r}) is not a character; send valid Unicode"
+            ) from None
         if isinstance(body["text"], str) and len(body["text"]) > max_chars:
             raise HTTPException(
                 400,
