@@ -11,8 +11,8 @@ Lightning.
 - Text (:mod:`attnkit.api.generation`): :func:`generate`, :func:`translate`, :func:`read_lines`;
   conversations (:mod:`attnkit.api.chat`): :class:`ChatSession`, :class:`Reply`.
 - Looking inside a decoder (:mod:`attnkit.api.inspecting`): :func:`inspect_lens`, :func:`inspect_attribution`,
-  :func:`inspect_patch`, :func:`inspect_heads`, :func:`inspect_figure`; what tuning changed
-  (:mod:`attnkit.api.diffing`): :func:`diff_models`.
+  :func:`inspect_patch`, :func:`inspect_heads`, :func:`inspect_over_training`, :func:`inspect_figure`; what
+  tuning changed (:mod:`attnkit.api.diffing`): :func:`diff_models`.
 - Figures (:mod:`attnkit.api.plots`): :func:`plot_attention`, :func:`plot_positional`,
   :func:`plot_schedule`, :func:`plot_curves`, :func:`report`.
 - Models (:mod:`attnkit.api.models`): :func:`load_model` (any run or model folder, to generate and
@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from attnkit.api.evaluation import evaluate_harness, harness_json, harness_table
     from attnkit.api.exploring import explore
     from attnkit.api.generation import generate, read_lines, translate
-    from attnkit.api.inspecting import inspect_attribution, inspect_figure, inspect_heads, inspect_lens, inspect_patch
+    from attnkit.api.inspecting import (
+        inspect_attribution,
+        inspect_figure,
+        inspect_heads,
+        inspect_lens,
+        inspect_over_training,
+        inspect_patch,
+    )
     from attnkit.api.models import Exported, export, import_model, load_model
     from attnkit.api.plots import plot_attention, plot_curves, plot_positional, plot_schedule, report
     from attnkit.api.runs import (
@@ -70,6 +77,7 @@ HOMES = {
     "inspect_patch": "attnkit.api.inspecting",
     "inspect_heads": "attnkit.api.inspecting",
     "inspect_figure": "attnkit.api.inspecting",
+    "inspect_over_training": "attnkit.api.inspecting",
     "diff_models": "attnkit.api.diffing",
     "plot_attention": "attnkit.api.plots",
     "plot_positional": "attnkit.api.plots",
@@ -109,6 +117,7 @@ __all__ = [
     "inspect_figure",
     "inspect_heads",
     "inspect_lens",
+    "inspect_over_training",
     "inspect_patch",
     "list_tasks",
     "load_model",

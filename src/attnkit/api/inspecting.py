@@ -9,6 +9,7 @@ vocabulary entry (``"Ġthe"``) or a text that encodes to exactly one token (``" 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "inspect_figure",
     "inspect_heads",
     "inspect_lens",
+    "inspect_over_training",
     "inspect_patch",
     "load_decoder",
 ]
@@ -255,3 +257,51 @@ def inspect_figure(result: dict[str, Any], out: str | Path) -> Path:
     from attnkit.viz.inspect import inspect_figure as draw
 
     return save_figure(draw(result), out)
+
+
+def inspect_over_training(run: str | Path, *, length: int = 20, batch: int = 4, seed: int = 0) -> dict[str, Any]:
+    """The training timeline of ``run`` (a run trained with ``trainer.snapshot_every_n_steps=K``): for each weight
+    snapshot, its step, the training loss at that step and the previous-token, duplicate-token and induction scores
+    of every head (``[L][H]`` each, as :func:`inspect_heads`), in ``snapshots``, by step."""
+    from attnkit.models.heads import head_scores
+    from attnkit.models.lora import merge_lora
+    from attnkit.tasks import load_run
+    from attnkit.training.resolve import resolve_model
+    from attnkit.training.snapshots import load_snapshot, read_snapshot_index
+
+    pretrained = load_decoder(run, "over-training")
+    run_dir = resolve_model(run).run_dir
+    entries = read_snapshot_index(run_dir) if run_dir is not None else []
+    if not entries:
+        raise ValueError(
+            f"{run} has no weight snapshots (snapshots/index.json in its run folder): train it with "
+            "trainer.snapshot_every_n_steps=K to keep the weights every K steps"
+        )
+    assert run_dir is not None
+    # A LoRA run's snapshots hold its adapters: loaded into the run's unmerged model, then merged into a copy.
+    adapters = load_run(run_dir).module.model if entries[0].get("lora") else None
+    kinds = ("previous_token", "duplicate_token", "induction")
+    snapshots = []
+    for entry in entries:
+        if adapters is not None:
+            load_snapshot(adapters, run_dir, entry)
+            model = merge_lora(copy.deepcopy(adapters))
+        else:
+            load_snapshot(pretrained.model, run_dir, entry)
+            model = pretrained.model
+        scores = head_scores(model.eval(), length=length, batch=batch, seed=seed)
+        row: dict[str, Any] = {"step": int(entry["step"]), "loss": entry.get("loss")}
+        for kind in kinds:
+            values: torch.Tensor = getattr(scores, kind)
+            row[kind] = values.tolist()
+            row[f"max_{kind}"] = float(values.max())
+        snapshots.append(row)
+    return {
+        "command": "over-training",
+        "model": str(pretrained.source),
+        "run": str(run_dir),
+        "length": length,
+        "steps": [row["step"] for row in snapshots],
+        "loss": [row["loss"] for row in snapshots],
+        "snapshots": snapshots,
+    }

@@ -1,5 +1,5 @@
-"""Commands that look inside a decoder: ``inspect lens|attribution|patch|heads``, and ``diff`` (what tuning
-changed between two decoders)."""
+"""Commands that look inside a decoder: ``inspect lens|attribution|patch|heads|over-training``, and ``diff``
+(what tuning changed between two decoders)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ FIG_HELP = "Also draw it into this image file (.png or .svg)."
 @main.group()
 def inspect() -> None:
     """Look inside a decoder-only model (a run, attnkit or Hugging Face folder): the logit lens, logit
-    attribution, activation patching and head scores; JSON with --json, a figure with --out.
+    attribution, activation patching, head scores and their timeline over training; JSON with --json, a figure
+    with --out.
 
     \b
       attnkit inspect lens RUN "The old owl" --top 3 --json
       attnkit inspect attribution RUN "When Mary and John went, John gave it to" --target " Mary" --against " John"
       attnkit inspect patch RUN "... John gave it to" "... Mary gave it to" --target " Mary" --out p.png
       attnkit inspect heads RUN --out heads.png
+      attnkit inspect over-training RUN --out timeline.png   (a run trained with trainer.snapshot_every_n_steps=K)
     """
 
 
@@ -170,3 +172,24 @@ def diff(base: str, tuned: str, prompts: str, top: int, as_json: bool, out: str 
         return "\n".join(lines)
 
     _finish(lambda: api.diff_models(base, tuned, prompts, top=top), as_json, out, summary)
+
+
+@inspect.command("over-training")
+@click.argument("run", type=UserPath())
+@click.option("--length", default=20, show_default=True, help="Random tokens in each half of the repeated sequences.")
+@click.option("--batch", default=4, show_default=True, help="Repeated sequences.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random tokens.")
+@_options
+def over_training(run: str, length: int, batch: int, seed: int, as_json: bool, out: str | None) -> None:
+    """The training timeline of RUN (trained with trainer.snapshot_every_n_steps=K): the head scores of each
+    weight snapshot (previous-token, duplicate-token, induction) and the training loss, against steps."""
+
+    def summary(r: dict[str, Any]) -> str:
+        lines = [f"{len(r['snapshots'])} snapshot(s); per step: loss, best previous-token / duplicate / induction"]
+        for row in r["snapshots"]:
+            loss = "-" if row["loss"] is None else f"{row['loss']:.4f}"
+            lines.append(f"step {row['step']}: loss {loss}, {row['max_previous_token']:.3f} / "
+                         f"{row['max_duplicate_token']:.3f} / {row['max_induction']:.3f}")  # fmt: skip
+        return "\n".join(lines)
+
+    _finish(lambda: api.inspect_over_training(run, length=length, batch=batch, seed=seed), as_json, out, summary)

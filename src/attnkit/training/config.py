@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from attnkit.config import StrictModel
 from attnkit.training.trackers import TRACKERS
@@ -52,6 +52,13 @@ class TrainerConfig(StrictModel):
     checkpoint_every_n_steps: int | None = Field(
         200, gt=0, description="also write last.ckpt every N steps, so a killed run resumes mid-epoch"
     )
+    snapshot_every_n_steps: int | None = Field(
+        None,
+        gt=0,
+        strict=True,
+        description="keep a copy of the model's weights every N optimiser steps (and at step 0 and the end) in "
+        "<run>/snapshots/, for `attnkit inspect over-training`; null: none",
+    )
     log_every_n_steps: int = Field(50, gt=0)
     limit_train_batches: int | float | None = Field(None, gt=0)
     deterministic: bool = False
@@ -73,6 +80,15 @@ class TrainerConfig(StrictModel):
         None, min_length=1, description="W&B project; default $WANDB_PROJECT, else attnkit (offline unless $WANDB_MODE)"
     )
     wandb_group: str | None = Field(None, min_length=1, description="W&B group of the run (a study's trials share one)")
+
+    @model_validator(mode="after")
+    def _check_snapshots(self) -> TrainerConfig:
+        if self.snapshot_every_n_steps is not None and self.strategy == "fsdp":
+            raise ValueError(
+                "trainer.snapshot_every_n_steps does not work with trainer.strategy=fsdp (each process holds only a "
+                "shard of the weights): use trainer.strategy=ddp, or snapshot_every_n_steps=null"
+            )
+        return self
 
     @field_validator("loggers")
     @classmethod

@@ -61,6 +61,7 @@ class TaskModule(L.LightningModule):
         self.optim_config = OptimConfig.model_validate(config["optim"])
         self._step_targets = 0  # targets of the optimiser step's accumulated batches (on this process)
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
+        self.last_train_loss: Tensor | None = None  # the last training batch's mean loss (weight snapshots)
         # One copy of the metrics per stage: their states must not mix.
         self.stage_metrics = nn.ModuleDict({stage: nn.ModuleDict(self.metrics()) for stage in ("val", "test")})
 
@@ -143,6 +144,7 @@ class TaskModule(L.LightningModule):
                 [loss.detach().float() * n, correct.float(), torch.tensor(float(n), device=loss.device)]
             )
             self._train_sums += step_sums  # float32 whatever the precision of the step (bf16 would lose counts)
+            self.last_train_loss = loss.detach()
             if self._logging_step():
                 self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
                 if self.train_accuracy:

@@ -34,6 +34,7 @@ from attnkit.training.module import TaskModule
 from attnkit.training.preemption import Preempted, PreemptionCheckpoint
 from attnkit.training.resolve import ResolvedModel, resolve_model
 from attnkit.training.sharding import set_activation_checkpointing, sharding_plan, strategy_for
+from attnkit.training.snapshots import WeightSnapshots
 from attnkit.training.task import C, LoadedRun, Task, TaskConfig
 from attnkit.training.trackers import Trackers, check_trackers
 from attnkit.training.watchdog import StopWatchdog
@@ -286,6 +287,8 @@ def fit(
     callbacks = [folder, best, latest, LearningRateMonitor(logging_interval="step"), *(callbacks or [])]
     if cfg.trainer.checkpoint_every_n_steps:
         callbacks.append(StepCheckpoint(folder, cfg.trainer.checkpoint_every_n_steps))
+    if cfg.trainer.snapshot_every_n_steps:  # the weights every K steps, for the training timeline
+        callbacks.append(WeightSnapshots(lambda: folder.path, cfg.trainer.snapshot_every_n_steps))
     callbacks.append(preemption)  # after the step checkpoint: a signal's checkpoint is the newest
     if cfg.trainer.early_stopping_patience:
         monitor, mode = task.monitor

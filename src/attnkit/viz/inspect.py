@@ -13,7 +13,7 @@ import numpy as np
 
 from attnkit.viz.figure import Figure
 
-__all__ = ["inspect_figure", "plot_attribution", "plot_head_scores", "plot_lens", "plot_patching"]
+__all__ = ["inspect_figure", "plot_attribution", "plot_head_scores", "plot_lens", "plot_over_training", "plot_patching"]
 
 _MAX_LABELLED = 24  # cells per axis up to which each cell gets its text
 
@@ -134,12 +134,33 @@ def plot_diff(result: dict[str, Any]) -> Figure:
     return fig
 
 
+def plot_over_training(result: dict[str, Any]) -> Figure:
+    """The training timeline: the best head's previous-token, duplicate-token and induction score, and the
+    training loss, against the optimiser steps of the run's weight snapshots."""
+    steps = result["steps"]
+    fig = Figure(figsize=(10.0, 3.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for kind, colour in (("previous_token", "tab:blue"), ("duplicate_token", "tab:orange"), ("induction", "tab:red")):
+        left.plot(steps, [row[f"max_{kind}"] for row in result["snapshots"]], "o-", color=colour,
+                  label=kind.replace("_", "-"), markersize=3)  # fmt: skip
+    left.set_ylim(0.0, 1.0)
+    left.set_title("the best head's score", fontsize=10)
+    left.set_xlabel("optimiser step")
+    left.legend(fontsize=8)
+    known = [(s, v) for s, v in zip(steps, result["loss"]) if v is not None]
+    right.plot([s for s, _ in known], [v for _, v in known], "o-", color="tab:gray", markersize=3)
+    right.set_title("training loss", fontsize=10)
+    right.set_xlabel("optimiser step")
+    return fig
+
+
 _DRAW = {
     "lens": plot_lens,
     "attribution": plot_attribution,
     "patch": plot_patching,
     "heads": plot_head_scores,
     "diff": plot_diff,
+    "over-training": plot_over_training,
 }
 
 
