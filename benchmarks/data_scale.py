@@ -10,6 +10,12 @@ Run::
     .venv/bin/python benchmarks/data_scale.py --json out.json
     .venv/bin/python benchmarks/data_scale.py --task classify --rounds 2   # 1 M csv rows
     .venv/bin/python benchmarks/data_scale.py --task translate --sizes 0.1 --rounds 2   # 100 000 pairs
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/data_scale.py --format parquet --sizes 50 400 1000 --rounds 3
+    .venv/bin/python benchmarks/data_scale.py --format parquet --quick   # a smoke test (tiny, no checks)
+
+``--format parquet`` (lm): the token cache built from a Parquet corpus against the same documents as a
+``.txt`` file, paired rounds, and the Parquet build's peak RSS across sizes (default 50 and 400 MB);
+see ``benchmarks/data_scale_parquet.py``.
 
 ``--task classify`` and ``--task translate``: ``--sizes`` counts **millions of rows** (default 1).
 classify: a csv ``text,label`` of reviews drawn at random with a seed from 20 000 of the built-in
@@ -346,7 +352,16 @@ def main() -> int:
         help="lm: measure on this UTF-8 text file's documents (tokenization; and setups: its first --sizes MB)",
     )
     parser.add_argument("--text-mb", type=float, default=30.0, help="with --text: how many MB of it (default 30)")
+    parser.add_argument(
+        "--format", default="txt", choices=["txt", "parquet"], help="lm: parquet compares a Parquet corpus with .txt"
+    )
+    parser.add_argument("--row-group-rows", type=int, default=50_000, help="--format parquet: rows a row group")
+    parser.add_argument(
+        "--quick", action="store_true", help="--format parquet: 0.5 and 1 MB, 1 round: a smoke test, no checks"
+    )
     args = parser.parse_args()
+    if args.format == "parquet":
+        return parquet_main(args)
     lm = args.task == "lm"
     sizes = list(args.sizes or ([5, 50, 500] if lm else [1]))
     tokenizer = args.tokenizer or ("char" if lm else "word")
@@ -436,6 +451,44 @@ def main() -> int:
         args.json.write_text(json.dumps({"sizes": rows, "tokenize": rates}, indent=2))
     for failure in failures:
         print(f"CHECK FAILED: {failure}")
+    print("all checks passed" if not failures else f"{len(failures)} check(s) failed")
+    return 1 if failures else 0
+
+
+def parquet_main(args: argparse.Namespace) -> int:
+    """``--format parquet``: :func:`data_scale_parquet.compare` over the sizes, its table and checks."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from data_scale_parquet import compare
+
+    if args.task != "lm":
+        raise SystemExit("--format parquet measures the lm task (leave out --task)")
+    sizes = [0.5, 1.0] if args.quick else sorted(args.sizes or [50.0, 400.0])
+    rounds = 1 if args.quick else args.rounds
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="attnkit-data-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    if args.gb and 1000 not in sizes:
+        sizes.append(1000.0)
+    source = args.text
+    make = (lambda path, mb: copy_text(source, path, mb)) if source else make_corpus
+    print(
+        f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; format: parquet vs txt; "
+        f"tokenizer: {args.tokenizer or 'char'}; rounds: {rounds}" + ("; QUICK (smoke test)" if args.quick else "")
+    )
+    try:
+        rows, failures = compare(sizes, rounds, args.tokenizer or "char", workdir, make, args.row_group_rows)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"load average at end: {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(json.dumps({"parquet": rows, "failures": failures, "quick": args.quick}, indent=2))
+    for failure in failures:
+        print(f"CHECK {'(not applied: --quick) ' if args.quick else ''}FAILED: {failure}")
+    if args.quick:
+        print("NOTE: --quick builds 0.5 and 1 MB once each; its numbers say nothing about the goals.")
+        return 0
     print("all checks passed" if not failures else f"{len(failures)} check(s) failed")
     return 1 if failures else 0
 

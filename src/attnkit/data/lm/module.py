@@ -225,7 +225,8 @@ class LanguageModelDataModule(CachedTokenDataModule):
         texts = {s: (folder / f"{s}.text").open("wb") for s in SPLITS}
         text_lengths = {s: array.array("q") for s in SPLITS}  # 8 bytes a document
         chars = dict.fromkeys(SPLITS, 0)
-        nbytes = sum(p.stat().st_size for p in self._files())
+        # Parquet/Arrow files are compressed: their text's size decides (characters, about its UTF-8 bytes)
+        nbytes = total_chars if self._columnar() is not None else sum(p.stat().st_size for p in self._files())
         workers = tokenize_workers(c.tokenize_workers, tokenizer, nbytes)
         bar = tqdm(total=n, unit="doc", desc="tokenizing", disable=not self.progress, mininterval=1.0)
         try:

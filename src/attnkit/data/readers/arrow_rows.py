@@ -1,7 +1,7 @@
 """Rows of Parquet and Arrow files, streamed record batch by record batch, with their columns checked.
 
 PyArrow (the optional extra ``parquet``: ``pip install 'attnkit[parquet]'``) reads every format: Parquet
-with :class:`pyarrow.parquet.ParquetFile` (one row group's batches at a time), Arrow IPC files
+with :class:`pyarrow.parquet.ParquetFile` (its pages read 1 MB at a time, nothing kept once decoded), Arrow IPC files
 (``.feather``, ``.arrow``) and IPC streams (what ``datasets``' ``save_to_disk`` writes) memory-mapped. Only
 the columns asked for (and those of ``data.where``) are read, one batch of a few thousand rows at a time,
 so a corpus larger than memory streams through. Every problem is a ``ValueError`` naming the file: a
@@ -39,15 +39,17 @@ __all__ = [
 
 EXTRA = "pip install 'attnkit[parquet]'"
 BATCH_ROWS = 4096
+BUFFER_BYTES = 1 << 20  # a Parquet column chunk is read this many bytes at a time
 _KINDS = {"text": "a string", "label": "a string or an integer", "group": "a string or an integer", "any": "any"}
 
 
-def pyarrow() -> ModuleType:
-    """The ``pyarrow`` module (with ``compute``, ``ipc`` and ``parquet`` loaded); an ``ImportError`` naming
-    the extra to install when it is missing."""
+def pyarrow(*, compute: bool = False) -> ModuleType:
+    """The ``pyarrow`` module (with ``ipc`` and ``parquet`` loaded, and ``compute`` when asked: importing it
+    takes about half a second, and only ``data.where`` needs it); an ``ImportError`` naming the extra to
+    install when it is missing."""
     try:  # imported by name: PyArrow ships no type hints, and is optional
         pa = importlib.import_module("pyarrow")
-        for module in ("compute", "ipc", "parquet"):
+        for module in ("ipc", "parquet", *(["compute"] if compute else [])):
             importlib.import_module(f"pyarrow.{module}")
     except ImportError as err:
         raise ImportError(f"reading Parquet or Arrow data needs PyArrow, which is not installed: {EXTRA}") from err
@@ -150,7 +152,9 @@ def _open(pa: ModuleType, path: Path) -> tuple[Any, Any]:
     """``(reader, schema)`` of a Parquet file or an Arrow IPC file or stream; a clear error when it is none."""
     try:
         if path.suffix.lower() == ".parquet":
-            reader: Any = pa.parquet.ParquetFile(path)
+            # pre_buffer (PyArrow's default) keeps every column chunk read in the reader's cache until it is
+            # closed: memory grows with the file. Read in 1 MB pieces instead, whatever the row groups' size.
+            reader: Any = pa.parquet.ParquetFile(path, pre_buffer=False, buffer_size=BUFFER_BYTES)
             return reader, reader.schema_arrow
         source = pa.memory_map(str(path))
         try:
@@ -197,8 +201,8 @@ def iter_row_batches(
 ) -> Iterator[RowBatch]:
     """The ``columns`` of the rows of ``files`` (in order) that ``row_filter`` keeps, a batch at a time
     (at most a few thousand rows as Python objects at once)."""
-    pa = pyarrow()
     f = row_filter or RowFilter()
+    pa = pyarrow(compute=bool(f.where))
     if f.sample_fraction is not None and not 0.0 < f.sample_fraction <= 1.0:
         raise ValueError(f"data.sample_fraction must be in (0, 1], got {f.sample_fraction}")
     rng = np.random.default_rng(f.seed) if f.sample_fraction is not None else None
