@@ -14,6 +14,7 @@ Every function is deterministic in ``seed``. :class:`TextSplits` holds the three
 
 from __future__ import annotations
 
+import array
 import math
 import random
 from collections.abc import Sequence
@@ -43,11 +44,12 @@ def _held_out_counts(n: int, fractions: Sequence[float], keep_one: bool, minimum
 def fraction_split(n: int, val_fraction: float, test_fraction: float, seed: int, *, minimum: int = 0) -> np.ndarray:
     """Split ids of ``n`` examples: a seeded shuffle, then ``round(n * fraction)`` (at least
     ``minimum`` each) go to validation and test; the rest (at least one) is training."""
-    order = list(range(n))
+    # 8 bytes an example (a list of ints: about 36): the same shuffle, a corpus of 8 M documents 0.3 GB lighter
+    order = array.array("q", range(n))
     random.Random(seed).shuffle(order)
     n_val, n_test = _held_out_counts(n, [val_fraction, test_fraction], keep_one=True, minimum=minimum)
     out = np.zeros(n, dtype=np.int8)
-    ordered = np.asarray(order, dtype=np.int64)
+    ordered = np.frombuffer(order, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     out[ordered[:n_val]] = VAL
     out[ordered[n_val : n_val + n_test]] = TEST
     return out
