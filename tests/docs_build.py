@@ -1,5 +1,5 @@
 """The documentation site's build, started in the background as soon as the suite is collected (when the
-docs tests are among the selected ones), so that executing the eight tutorials overlaps the rest of the suite
+docs tests are among the selected ones), so that executing every tutorial overlaps the rest of the suite
 instead of adding to it; the docs tests run last (tests/conftest.py moves them) and wait for it. Once the site is
 built, every page is opened in Chromium in the background too (``docs/check_site.py --json``): :func:`pages`.
 

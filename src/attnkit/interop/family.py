@@ -151,6 +151,11 @@ def export_family(config: LanguageModelConfig, model_type: str | None = None) ->
     of the families that claim it (all that export when none does) that can express it; otherwise a
     :class:`ConfigError` naming what the nearest of them cannot express and what each family needs."""
     writers = [f for f in families().values() if f.hf_config is not None]
+    if not config.mlp:
+        raise ConfigError(
+            "this model has attention-only blocks (mlp=false), which no Hugging Face decoder family can express "
+            "(each has an MLP in every block); keep it as an attnkit model folder (attnkit export --format attnkit)"
+        )
     if model_type is not None:
         chosen = [f for f in writers if f.model_type == model_type]
         if not chosen:

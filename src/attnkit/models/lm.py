@@ -58,7 +58,8 @@ class LanguageModel(nn.Module):
     Checkpoint layout for importers (``decoder.layers.{i}.``): ``self_attn.in_proj`` (``q``, ``k``, ``v``
     projection rows concatenated: ``[(H + 2 Hkv) * head_dim, d_model]``), ``self_attn.out_proj``,
     ``norm1`` (before attention), ``norm3`` (before the feed-forward), ``ff.linear1`` (with
-    ``activation="swiglu"`` the rows of ``gate_proj`` then ``up_proj``), ``ff.linear2`` (``down_proj``);
+    ``activation="swiglu"`` the rows of ``gate_proj`` then ``up_proj``), ``ff.linear2`` (``down_proj``;
+    ``norm3`` and ``ff`` are absent with ``mlp=False``, attention-only blocks);
     ``decoder.norm`` is the final norm.
 
     Initialisation: token (and learned position) embeddings ``N(0, 0.02)`` as GPT-2, so that with

@@ -115,6 +115,11 @@ class LanguageModelArchitecture(EncoderConfig):
     sliding_window: int | None = Field(
         None, gt=0, description="each token attends to at most the last sliding_window tokens (itself included)"
     )
+    mlp: bool = Field(
+        True,
+        description="a feed-forward sublayer (MLP) in each block; false: attention-only blocks (no MLP and no norm "
+        "before it; dim_feedforward is then unused and must stay at its default)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -147,6 +152,14 @@ class LanguageModelArchitecture(EncoderConfig):
             raise ValueError(
                 f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
             )
+        if not self.mlp:
+            default = type(self).model_fields["dim_feedforward"].default
+            if self.dim_feedforward != default:
+                raise ValueError(
+                    f"mlp=false builds attention-only blocks, which have no feed-forward layer, yet dim_feedforward="
+                    f"{self.dim_feedforward} sets its width; leave dim_feedforward out (at its default, "
+                    f"{default}) or set mlp=true"
+                )
         return self
 
     def stack_spec(self, **fields: Any) -> StackSpec:
@@ -164,6 +177,7 @@ class LanguageModelArchitecture(EncoderConfig):
             rope_theta=self.rope_theta,
             rope_scaling=None if self.rope_scaling is None else self.rope_scaling.as_mapping(self.max_len),
             sliding_window=self.sliding_window,
+            mlp=self.mlp,
         )
         return super().stack_spec(**{**own, **fields})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention
@@ -62,6 +63,8 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, spec: BlockSpec, *, rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
+        if not spec.mlp:
+            raise ValueError("mlp=False (attention-only blocks) is a decoder block option; encoder blocks have an MLP")
         self.norm_first = spec.norm_first
         self.self_attn = _attention(spec, rotary)
         self.ff = _feedforward(spec)
@@ -151,7 +154,11 @@ class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder memory, and feed-forward.
 
     With ``spec.cross_attention=False`` the block has no cross-attention (a GPT-style block for
-    decoder-only language models). Arguments as :class:`EncoderBlock`.
+    decoder-only language models). With ``spec.mlp=False`` it has no feed-forward sublayer (an attention-only
+    block: ``ff`` and ``norm3`` are ``None``, the output is the residual stream after the attention); its
+    ``hook_mlp_out`` is still there and carries zeros (computed only when a hook is added; what a hook returns
+    is added to the residual stream), so code that reads every block's MLP output sees an MLP that writes
+    nothing. Arguments as :class:`EncoderBlock`.
     """
 
     def __init__(self, spec: BlockSpec, *, rotary: RotaryEmbedding | None = None) -> None:
@@ -159,10 +166,10 @@ class DecoderBlock(nn.Module):
         self.norm_first = spec.norm_first
         self.self_attn = _attention(spec, rotary)
         self.cross_attn = _attention(spec, None) if spec.cross_attention else None
-        self.ff = _feedforward(spec)
+        self.ff = _feedforward(spec) if spec.mlp else None
         self.norm1 = _norm(spec)
         self.norm2 = _norm(spec) if spec.cross_attention else None
-        self.norm3 = _norm(spec)
+        self.norm3 = _norm(spec) if spec.mlp else None
         self.dropout1 = nn.Dropout(spec.dropout)
         self.dropout2 = nn.Dropout(spec.dropout)
         self.dropout3 = nn.Dropout(spec.dropout)
@@ -220,7 +227,10 @@ class DecoderBlock(nn.Module):
                 assert self.norm2 is not None
                 a, cross_weights = self.cross_attn(self.norm2(x), memory, **cross_kw)
                 x = self.hook_resid_mid_cross(x + self.dropout2(self.hook_cross_attn_out(a)))
-            x = x + self.dropout3(self.hook_mlp_out(self.ff(self.norm3(x))))
+            if self.ff is not None and self.norm3 is not None:
+                x = x + self.dropout3(self.hook_mlp_out(self.ff(self.norm3(x))))
+            elif self.hook_mlp_out.fns:  # attention-only: an MLP output of zeros, for the hooks
+                x = x + self.hook_mlp_out(torch.zeros_like(x))
         else:
             a, self_weights = self.self_attn(x, **self_kw)
             x = self.hook_resid_mid(self.norm1(x + self.dropout1(self.hook_attn_out(a))))
@@ -228,5 +238,8 @@ class DecoderBlock(nn.Module):
                 assert self.norm2 is not None
                 a, cross_weights = self.cross_attn(x, memory, **cross_kw)
                 x = self.hook_resid_mid_cross(self.norm2(x + self.dropout2(self.hook_cross_attn_out(a))))
-            x = self.norm3(x + self.dropout3(self.hook_mlp_out(self.ff(x))))
+            if self.ff is not None and self.norm3 is not None:
+                x = self.norm3(x + self.dropout3(self.hook_mlp_out(self.ff(x))))
+            elif self.hook_mlp_out.fns:  # attention-only: an MLP output of zeros, for the hooks
+                x = x + self.hook_mlp_out(torch.zeros_like(x))
         return self.hook_resid_post(x), self_weights, cross_weights

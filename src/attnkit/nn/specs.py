@@ -37,6 +37,9 @@ class BlockSpec:
             rotary positions (QK-norm: ``q_norm`` / ``k_norm`` in the attention).
         cross_attention: decoder blocks only: a cross-attention to the encoder memory (``False``: a
             GPT-style block for decoder-only language models).
+        mlp: decoder blocks only: the feed-forward sublayer (``False``: an attention-only block, attention and
+            residual alone, with no feed-forward and no norm before or after it; ``dim_feedforward`` and
+            ``activation`` are then unused).
     """
 
     d_model: int
@@ -53,6 +56,7 @@ class BlockSpec:
     qkv_bias: bool | None = None
     qk_norm: bool = False
     cross_attention: bool = True
+    mlp: bool = True
 
     @property
     def attention_head_dim(self) -> int:
