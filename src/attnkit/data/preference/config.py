@@ -15,8 +15,9 @@ class PreferenceDataConfig(SourceFilesConfig, GroupColumnConfig):
     """Where the preference data comes from (:mod:`attnkit.data.preference.read`) and how long it may be.
 
     Attributes:
-        source: a ``.jsonl`` file: ``prompt`` / ``chosen`` / ``rejected`` pairs (dpo; text or messages, or
-            ``chosen`` / ``rejected`` conversations alone), or ``prompt`` / ``completion`` / ``label`` (kto).
+        source: a ``.jsonl`` file or Parquet / Arrow data: ``prompt`` / ``chosen`` / ``rejected`` pairs (dpo; text
+            or messages, or ``chosen`` / ``rejected`` conversations alone), or ``prompt`` / ``completion`` /
+            ``label`` (kto).
         val_source, test_source: files of the same kind (default: ``val_fraction`` / ``test_fraction`` of
             ``source``, whole groups with ``group_column``).
         max_len: each prompt with its completion is cut to this many tokens (default: the model's context); the
@@ -24,7 +25,10 @@ class PreferenceDataConfig(SourceFilesConfig, GroupColumnConfig):
     """
 
     field_overrides: ClassVar[dict[str, Any]] = {
-        "source": Field("", description="a .jsonl file of prompt/chosen/rejected pairs or prompt/completion/label"),
+        "source": Field(
+            "",
+            description="a .jsonl file or Parquet/Arrow data: prompt/chosen/rejected pairs or prompt/completion/label",
+        ),
         "val_fraction": Field(0.05, ge=0.0, lt=1.0),
         "test_fraction": Field(0.05, ge=0.0, lt=1.0),
     }

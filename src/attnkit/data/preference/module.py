@@ -118,7 +118,7 @@ class PreferenceDataModule(SplitDataModule):
         super().__init__()
         what = "prompt/chosen/rejected pairs" if kind == "pairs" else "prompt/completion/label records"
         if not cfg.source:
-            raise ValueError(f"data.source is required: a .jsonl file of {what}")
+            raise ValueError(f"data.source is required: a .jsonl file (or Parquet/Arrow data) of {what}")
         max_len = cfg.max_len or context
         if max_len > context:
             raise ValueError(f"data.max_len={cfg.max_len} is longer than the model's context ({context}); set it to "

@@ -1,4 +1,5 @@
-"""Preference data in TRL's column conventions, one JSON object a line (``.jsonl``).
+"""Preference data in TRL's column conventions: one JSON object a line (``.jsonl``), or the rows of Parquet / Arrow
+files with those columns (:func:`attnkit.data.readers.columnar_tasks.read_objects`).
 
 * preference pairs (``dpo``): ``prompt`` / ``chosen`` / ``rejected``, each plain text or a conversation (a list of
   ``{"role", "content"}`` messages); or the implicit-prompt layout, ``chosen`` and ``rejected`` alone as whole
@@ -7,7 +8,8 @@
 
 A record is a :class:`Completion`: its ``prompt`` (text, or messages) and its completions (text, or the messages
 that follow the prompt). A line that is not valid JSON, not an object, lacks a column, mixes text and messages, or
-has a malformed message is a ``ValueError`` naming the file and the line (``pairs.jsonl:12: ...``).
+has a malformed message is a ``ValueError`` naming the file and the line (``pairs.jsonl:12: ...``, or
+``pairs.parquet:row 12: ...``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.data.readers.chats import ROLES
-from attnkit.data.readers.jsonl import jsonl_objects
+from attnkit.data.readers.columnar_tasks import read_objects
 
 __all__ = ["Feedback", "Pair", "Turns", "read_feedback", "read_pairs"]
 
@@ -134,7 +136,7 @@ def _feedback(obj: dict[str, Any], where: str, group: str | None) -> Feedback:
 
 def _read(path: str | Path, make: Callable[[dict[str, Any], str, str | None], Any], group_key: str | None) -> list:
     out = []
-    for obj, where in jsonl_objects(path, "preference data"):
+    for obj, where in read_objects(path, "preference data"):
         out.append(make(obj, where, _group(obj, group_key, where)))
     if not out:
         raise ValueError(f"{path}: no records (the file is empty)")
@@ -142,10 +144,10 @@ def _read(path: str | Path, make: Callable[[dict[str, Any], str, str | None], An
 
 
 def read_pairs(path: str | Path, *, group_key: str | None = None) -> list[Pair]:
-    """Every preference pair of the ``.jsonl`` file ``path`` (see the module docstring)."""
+    """Every preference pair of ``path`` (a ``.jsonl`` file or Parquet / Arrow data; see the module docstring)."""
     return _read(path, _pair, group_key)
 
 
 def read_feedback(path: str | Path, *, group_key: str | None = None) -> list[Feedback]:
-    """Every unpaired, labelled completion of the ``.jsonl`` file ``path`` (see the module docstring)."""
+    """Every unpaired, labelled completion of ``path`` (``.jsonl`` or Parquet / Arrow; see the module docstring)."""
     return _read(path, _feedback, group_key)

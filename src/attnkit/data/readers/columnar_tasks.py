@@ -1,5 +1,6 @@
 """What each task reads from Parquet / Arrow data: documents (lm), labelled texts (classify), sentence
-pairs (translate), conversations (sft); and which files hold the run's splits.
+pairs (translate), conversations (sft), records of named columns (the preference tasks' pairs and feedback,
+grpo's prompts: :func:`read_objects`, which reads ``.jsonl`` files too); and which files hold the run's splits.
 
 A split is a *part*: the files of a columnar source (``list[Path]``), or the path of a file of another
 format (``str``, read by the task's own reader). Rows are numbered from 1 within each file in errors
@@ -10,12 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from attnkit.data.readers.arrow_rows import Column, RowFilter, file_columns, iter_row_batches, read_rows
 from attnkit.data.readers.chats import Chat, chat_messages
 from attnkit.data.readers.columnar import ALL, ColumnarSource, is_columnar, open_columnar
+from attnkit.data.readers.jsonl import jsonl_objects
 
-__all__ = ["CHAT_COLUMNS", "Part", "iter_texts", "read_chat_rows", "read_labelled", "read_pair_columns", "split_parts"]
+__all__ = [
+    "CHAT_COLUMNS",
+    "Part",
+    "iter_texts",
+    "read_chat_rows",
+    "read_labelled",
+    "read_objects",
+    "read_pair_columns",
+    "split_parts",
+]
 
 Part = list[Path] | str
 # the columns a conversation may be read from (see attnkit.data.readers.chats)
@@ -141,3 +153,25 @@ def iter_texts(files: list[Path], text_column: str = "text", row_filter: RowFilt
         if None in texts:
             texts = [t for t in texts if t is not None]
         yield from filter(None, map(str.strip, texts))  # no Python loop a row (the lm cache reads it 3 times)
+
+
+def read_objects(source: str | Path, what: str, role: str = "data.source") -> Iterator[tuple[dict[str, Any], str]]:
+    """``(record, where)`` for every record of ``source``: the lines of a ``.jsonl`` file (``file:line``), or the
+    rows of Parquet / Arrow data (a file, a folder of shards, a glob: ``file:row N``), each a dict of its
+    columns (null cells left out; a list of structs is a list of dicts). A folder with named splits is refused:
+    its splits go to ``data.source`` / ``data.val_source`` / ``data.test_source`` one by one."""
+    if not is_columnar(source):
+        yield from jsonl_objects(source, what)
+        return
+    opened = open_columnar(source, role)
+    if opened.has_splits:
+        raise ValueError(
+            f"{role}={str(source)!r} holds the splits {sorted(opened.parts)}; {what} are read one split a "
+            "source: give its train files as data.source and the others as data.val_source / data.test_source"
+        )
+    files = opened.files
+    columns = [Column(name, "any") for name in file_columns(files[0])]
+    for batch in iter_row_batches(files, columns):
+        for i in range(len(batch)):
+            record = {name: values[i] for name, values in batch.columns.items() if values[i] is not None}
+            yield record, f"{batch.path}:row {batch.first + i}"

@@ -15,7 +15,7 @@ class GRPODataConfig(SourceFilesConfig, GroupColumnConfig):
     """Where the prompts come from and how long a prompt may be.
 
     Attributes:
-        source: a ``.jsonl`` file of ``prompt`` (text or messages) and the columns the rewards read.
+        source: a ``.jsonl`` file or Parquet / Arrow data: ``prompt`` (text or messages), the columns rewards read.
         val_source, test_source: files of the same kind (default: ``val_fraction`` / ``test_fraction`` of
             ``source``).
         max_prompt_len: prompts longer than this many tokens keep their last ones (TRL's left truncation;
@@ -23,7 +23,9 @@ class GRPODataConfig(SourceFilesConfig, GroupColumnConfig):
     """
 
     field_overrides: ClassVar[dict[str, Any]] = {
-        "source": Field("", description="a .jsonl file of prompts (text or messages) and the columns rewards read"),
+        "source": Field(
+            "", description="a .jsonl file (or Parquet/Arrow data) of prompts and the columns rewards read"
+        ),
         "val_fraction": Field(0.05, ge=0.0, lt=1.0),
         "test_fraction": Field(0.05, ge=0.0, lt=1.0),
     }

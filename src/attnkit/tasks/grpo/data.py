@@ -1,4 +1,4 @@
-"""The grpo task's data: prompts for RL in TRL's columns, one JSON object a line (``.jsonl``).
+"""The grpo task's data: prompts for RL in TRL's columns, one JSON object a line (``.jsonl``) or Parquet / Arrow rows.
 
 Each line has a ``prompt`` (text, or a conversation: a list of ``{"role", "content"}`` messages, rendered with the
 model's chat template and its generation prompt) and any other columns the rewards read (``answer``...). A batch
@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnkit.data.base import SplitDataModule
 from attnkit.data.preference.encode import encode_prompt
 from attnkit.data.readers.chats import ROLES
-from attnkit.data.readers.jsonl import jsonl_objects
+from attnkit.data.readers.columnar_tasks import read_objects
 from attnkit.data.sft.artifacts import chat_artifacts
 from attnkit.data.splits import SPLITS, split_records
 from attnkit.tasks.grpo.config import GRPODataConfig
@@ -63,9 +63,10 @@ def _prompt(obj: dict[str, Any], where: str) -> str | list[dict[str, str]]:
 
 
 def read_prompts(path: str | Path, *, group_key: str | None = None) -> list[PromptRow]:
-    """Every prompt of the ``.jsonl`` file ``path`` (a malformed line: a ``ValueError`` naming ``file:line``)."""
+    """Every prompt of ``path``: a ``.jsonl`` file or Parquet / Arrow data (a malformed line or row: a ``ValueError``
+    naming ``file:line`` or ``file:row N``)."""
     out = []
-    for obj, where in jsonl_objects(path, "grpo prompts"):
+    for obj, where in read_objects(path, "grpo prompts"):
         group = None
         if group_key is not None:
             if group_key not in obj:
@@ -112,7 +113,9 @@ class PromptDataModule(SplitDataModule):
     ) -> None:
         super().__init__()
         if not cfg.source:
-            raise ValueError("data.source is required: a .jsonl file of prompts (and the columns the rewards read)")
+            raise ValueError(
+                "data.source is required: a .jsonl file or Parquet/Arrow data of prompts and the columns rewards read"
+            )
         if max_prompt_len < 1:
             raise ValueError(f"no room for prompts: the context ({context}) minus grpo.max_completion_length leaves "
                              f"{max_prompt_len} tokens; lower grpo.max_completion_length")  # fmt: skip
