@@ -155,6 +155,7 @@ MODULES: dict[str, Module] = {
     # that start an `attnkit serve` process run it where mutmut does not see the functions called. Every test
     # builds its own app (mutmut gives a mutant of create_app only to the tests that called it).
     "app": Module("src/attnkit/serve/app.py", ("tests/serve/test_app_inprocess.py",)),
+    "model_diff": Module("src/attnkit/models/diff.py", ("tests/models/test_diff.py",)),
     # The gradient accumulation of training/module.py (training_step's summed loss, on_before_optimizer_step's
     # scale): run it with --only on those functions. TaskModule.__init__ is kept unmutated (see Module.keep).
     "accumulation": Module(

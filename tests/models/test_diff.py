@@ -76,8 +76,11 @@ def test_a_lora_trained_to_change_one_head_ranks_that_head_first(pair: tuple[Lan
 
 
 def test_a_model_against_itself_changes_nothing() -> None:
-    base = _lm()
+    base = _lm(layers=3)
     diff = model_diff(base, copy.deepcopy(base), _sequences(3))
+    top = diff.top_heads()
+    assert len(top) == 5 and all(isinstance(layer, int) and isinstance(head, int) for layer, head, _ in top)
+    assert {(layer, head) for layer, head, _ in diff.top_heads(6)} == {(i, j) for i in range(3) for j in range(2)}
     assert float(diff.layer_kl.abs().max()) < 1e-6
     assert float(diff.pattern_change.max()) == 0.0 and diff.attribution_change is not None
     assert float(diff.attribution_change.max()) == 0.0
@@ -104,17 +107,25 @@ def test_the_last_lens_row_is_the_kl_of_the_outputs_and_patterns_are_tv_distance
 
 def test_wrong_pairs_and_sequences_are_clear_errors() -> None:
     base = _lm()
-    with pytest.raises(ValueError, match="not of one architecture: their weights differ in names"):
-        model_diff(base, _lm(layers=3), _sequences(1))
+    deeper = _lm(layers=3)
+    names = sorted(set(deeper.state_dict()) - set(base.state_dict()))[:4]
+    with pytest.raises(ValueError) as err:
+        model_diff(base, deeper, _sequences(1))
+    assert str(err.value) == (
+        f"the two models are not of one architecture: their weights differ in names (e.g. {names}); diff compares "
+        "a model with its own tuned version (merge a LoRA run's adapters first) or two models of one shape"
+    )
     with pytest.raises(
         ValueError, match=r"not of one architecture: token_embedding.weight is \[20, 16\] in the base and \[20, 24\]"
     ):
         model_diff(base, _lm(d_model=24), _sequences(1))
     with pytest.raises(TypeError, match="the tuned model is a Linear"):
         model_diff(base, torch.nn.Linear(2, 2), _sequences(1))
-    with pytest.raises(ValueError, match="at least one sequence"):
+    with pytest.raises(TypeError, match="diff reads decoder-only LanguageModels; the base model is a Linear"):
+        model_diff(torch.nn.Linear(2, 2), base, _sequences(1))
+    with pytest.raises(ValueError, match=r"^diff needs at least one sequence of token ids \(a prompt\)$"):
         model_diff(base, base, [])
-    with pytest.raises(ValueError, match="at least 2 tokens"):
+    with pytest.raises(ValueError, match=r"^each sequence must have at least 2 tokens \(a next token to read at one"):
         model_diff(base, base, [torch.tensor([3])])
 
 
@@ -130,3 +141,69 @@ def test_weight_updates_are_largest_first_and_relative_to_the_base() -> None:
     first = base.state_dict()[names[0]]
     assert updates[names[0]][0] == pytest.approx(first.numel() ** 0.5, rel=1e-5)  # ‖1‖_F = sqrt(n)
     assert updates[names[0]][1] == pytest.approx(first.numel() ** 0.5 / float(first.norm()), rel=1e-5)
+
+
+def test_every_score_is_its_definition_computed_by_hand(pair: tuple[LanguageModel, LanguageModel]) -> None:
+    """Two sequences of different lengths (3 and 9 tokens): the lens KL, the patterns' TV distance and the
+    attribution change, each summed over the sequences' positions and divided by their number, as defined."""
+    from attnkit.models.lens import logit_attribution, logit_lens
+
+    base, tuned = pair
+    seqs = [torch.tensor([3, 7, 5]), _sequences(1)[0][:9]]
+    assert model_diff(base, tuned, [torch.tensor([3, 7])]).positions == 2  # 2 tokens: the shortest read
+    diff = model_diff(base, tuned, seqs)
+    kl, tv, att = torch.zeros(3), torch.zeros(2, 2), torch.zeros(2, 2)
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(2)]
+    with torch.no_grad():
+        for s in seqs:
+            ids = s[None]
+            p = logit_lens(tuned, ids).logits[:, 0].log_softmax(-1)
+            q = logit_lens(base, ids).logits[:, 0].log_softmax(-1)
+            kl += (p.exp() * (p - q)).sum(-1).sum(-1)
+            ca, cb = run_with_cache(base, ids), run_with_cache(tuned, ids)
+            for layer, name in enumerate(names):
+                tv[layer] += 0.5 * (ca[name][0] - cb[name][0]).abs().sum(-1).sum(-1)
+            target = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)
+            da = logit_attribution(base, ids, target).heads[0, :-1]
+            db = logit_attribution(tuned, ids, target).heads[0, :-1]
+            att += (db - da).abs().sum(0)
+    positions = 3 + 9
+    assert diff.positions == positions and diff.layers == logit_lens(base, seqs[0][None]).names
+    torch.testing.assert_close(diff.layer_kl, kl / positions, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(diff.pattern_change, tv / positions, rtol=1e-5, atol=1e-7)
+    assert diff.attribution_change is not None
+    torch.testing.assert_close(diff.attribution_change, att / (positions - 2), rtol=1e-5, atol=1e-7)
+
+
+def test_a_post_norm_model_has_no_attribution_change() -> None:
+    torch.manual_seed(0)
+    cfg = LanguageModelConfig(vocab_size=20, d_model=16, num_heads=2, num_layers=2, dim_feedforward=32, max_len=32,
+                              norm_first=False)  # fmt: skip
+    base = LanguageModel(cfg).eval()
+    diff = model_diff(base, copy.deepcopy(base), _sequences(2))
+    assert diff.attribution_change is None and diff.pattern_change.shape == (2, 2)
+    with pytest.raises(ValueError, match="by must be 'pattern' or 'attribution'"):
+        diff.top_heads(1, by="attribution")
+
+
+def test_weight_updates_skip_integer_buffers_and_weights_the_tuned_model_lacks() -> None:
+    class Net(torch.nn.Module):
+        def __init__(self, extra: bool) -> None:
+            super().__init__()
+            if extra:
+                self.first = torch.nn.Linear(2, 2)  # only in the base: skipped, and the rest still read
+            self.big = torch.nn.Linear(100, 100, bias=False)
+            self.small = torch.nn.Linear(1, 1, bias=False)
+            self.register_buffer("steps", torch.zeros(3, dtype=torch.long))
+
+    base, tuned = Net(extra=True), Net(extra=False)
+    with torch.no_grad():
+        base.small.weight.fill_(0.1)
+    tuned.load_state_dict({k: v for k, v in base.state_dict().items() if not k.startswith("first.")})
+    with torch.no_grad():
+        tuned.big.weight.add_(0.01)  # norm 1.0, small relative to the base weight's
+        tuned.small.weight.fill_(0.4)  # a smaller norm (0.3), a larger relative change (3)
+        tuned.steps += 5
+    updates = weight_updates(base, tuned)
+    assert list(updates) == ["big.weight", "small.weight"]  # largest norm first, whatever the relative change
+    assert updates["big.weight"][1] < updates["small.weight"][1]

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from attnkit.models.lens import logit_attribution, logit_lens
 from attnkit.models.lm import LanguageModel
+from attnkit.nn import DecoderBlock
 from attnkit.nn.hooks import run_with_cache
 
 __all__ = ["ModelDiff", "model_diff", "weight_updates"]
@@ -49,12 +50,15 @@ class ModelDiff:
         return [(int(i) // heads, int(i) % heads, float(v)) for v, i in zip(best.values, best.indices)]
 
 
+def _decoder(model: nn.Module, name: str) -> LanguageModel:
+    if not isinstance(model, LanguageModel):
+        raise TypeError(f"diff reads decoder-only LanguageModels; the {name} model is a {type(model).__name__}")
+    return model
+
+
 def _check_pair(base: nn.Module, tuned: nn.Module) -> tuple[LanguageModel, LanguageModel]:
-    for name, model in (("base", base), ("tuned", tuned)):
-        if not isinstance(model, LanguageModel):
-            raise TypeError(f"diff reads decoder-only LanguageModels; the {name} model is a {type(model).__name__}")
-    assert isinstance(base, LanguageModel) and isinstance(tuned, LanguageModel)
-    a, b = base.state_dict(), tuned.state_dict()
+    lm_a, lm_b = _decoder(base, "base"), _decoder(tuned, "tuned")
+    a, b = lm_a.state_dict(), lm_b.state_dict()
     if a.keys() != b.keys():
         only = sorted(set(a) ^ set(b))[:4]
         raise ValueError(
@@ -68,10 +72,9 @@ def _check_pair(base: nn.Module, tuned: nn.Module) -> tuple[LanguageModel, Langu
             f"the two models are not of one architecture: {k} is {list(a[k].shape)} in the base and "
             f"{list(b[k].shape)} in the tuned model ({len(shapes)} weights differ in shape)"
         )
-    return base, tuned
+    return lm_a, lm_b
 
 
-@torch.no_grad()
 def weight_updates(base: nn.Module, tuned: nn.Module) -> dict[str, tuple[float, float]]:
     """``{module name: (‖W_tuned − W_base‖_F, that / ‖W_base‖_F)}`` of every weight that differs, largest first
     (biases and norms included: ``name`` is the weight's, e.g. ``decoder.layers.0.self_attn.in_proj.weight``)."""
@@ -80,28 +83,31 @@ def weight_updates(base: nn.Module, tuned: nn.Module) -> dict[str, tuple[float, 
     for key, value in a.items():
         if not value.is_floating_point() or key not in b:
             continue
-        delta = (b[key].float() - value.float()).norm().item()
+        delta = (b[key].detach().float() - value.detach().float()).norm().item()
         if delta > 0:
-            out[key] = (delta, delta / max(value.float().norm().item(), 1e-12))
+            out[key] = (delta, delta / max(value.detach().float().norm().item(), 1e-12))
     return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
 
 
 def _kl(tuned_logits: Tensor, base_logits: Tensor) -> Tensor:
-    """KL(tuned ‖ base) over the last dimension, summed: ``[L + 1, T]`` positions kept apart (summed later)."""
+    """KL(tuned ‖ base) of lens logits ``[L + 1, T, V]``, summed over the positions: ``[L + 1]``."""
     p_log = tuned_logits.float().log_softmax(-1)
     q_log = base_logits.float().log_softmax(-1)
-    return (p_log.exp() * (p_log - q_log)).sum(-1)
+    return (p_log.exp() * (p_log - q_log)).sum(dim=(1, 2))
 
 
-@torch.no_grad()
 def model_diff(base: nn.Module, tuned: nn.Module, sequences: Sequence[Tensor]) -> ModelDiff:
     """Compare ``base`` and ``tuned`` on each of ``sequences`` (token ids ``[T]`` or ``[1, T]``, ``T >= 2``)."""
-    lm_a, lm_b = _check_pair(base, tuned)
+    with torch.no_grad():
+        return _model_diff(*_check_pair(base, tuned), sequences)
+
+
+def _model_diff(lm_a: LanguageModel, lm_b: LanguageModel, sequences: Sequence[Tensor]) -> ModelDiff:
     if not sequences:
         raise ValueError("diff needs at least one sequence of token ids (a prompt)")
     n = len(lm_a.decoder.layers)
     pattern_names = [f"blocks.{i}.attn.hook_pattern" for i in range(n)]
-    pre_norm = all(getattr(block, "norm_first", False) for block in lm_a.decoder.layers)
+    pre_norm = all(isinstance(block, DecoderBlock) and block.norm_first for block in lm_a.decoder.layers)
     kl_sum: Tensor | None = None
     pattern_sum: Tensor | None = None
     attribution_sum: Tensor | None = None
@@ -114,11 +120,11 @@ def model_diff(base: nn.Module, tuned: nn.Module, sequences: Sequence[Tensor]) -
             raise ValueError("each sequence must have at least 2 tokens (a next token to read at one position)")
         lens_a, lens_b = logit_lens(lm_a, ids), logit_lens(lm_b, ids)
         layers = lens_a.names
-        kl = _kl(lens_b.logits[:, 0], lens_a.logits[:, 0]).sum(-1)  # [L + 1]
+        kl = _kl(lens_b.logits[:, 0], lens_a.logits[:, 0])  # [L + 1]
         kl_sum = kl if kl_sum is None else kl_sum + kl
         pa = run_with_cache(lm_a, ids, names=pattern_names)
         pb = run_with_cache(lm_b, ids, names=pattern_names)
-        tv = torch.stack([0.5 * (pa[k][0].float() - pb[k][0].float()).abs().sum(-1).sum(-1) for k in pattern_names])
+        tv = torch.stack([0.5 * (pa[k][0].float() - pb[k][0].float()).abs().sum(dim=(1, 2)) for k in pattern_names])
         pattern_sum = tv if pattern_sum is None else pattern_sum + tv  # [L, H], summed over query rows
         if pre_norm:
             target = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)  # each position's next token (the last: unread)
