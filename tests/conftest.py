@@ -15,6 +15,7 @@ pytest_plugins = ["pytester", "mlflow_server"]  # mlflow_server: the tracker tes
 torch.set_num_threads(1)
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselected theirs: start only what the selected tests need
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The docs tests run last, and the site they check starts building now, in the background
     (tests/docs_build.py): executing the tutorials overlaps the rest of the suite. Before them, the tests whose runs
