@@ -57,6 +57,15 @@ def _options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(fn)
 
 
+def _head_score_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The repeated random sequences head scores are read on (``heads``, ``over-training``)."""
+    fn = click.option("--seed", default=0, show_default=True, help="Seed of the random tokens.")(fn)
+    fn = click.option("--batch", default=4, show_default=True, help="Repeated sequences.")(fn)
+    return click.option(
+        "--length", default=20, show_default=True, help="Random tokens in each half of the repeated sequences."
+    )(fn)
+
+
 @inspect.command("lens")
 @click.argument("model", type=UserPath())
 @click.argument("text")
@@ -126,9 +135,7 @@ def patch(
 
 @inspect.command("heads")
 @click.argument("model", type=UserPath())
-@click.option("--length", default=20, show_default=True, help="Random tokens in each half of the repeated sequences.")
-@click.option("--batch", default=4, show_default=True, help="Repeated sequences.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random tokens.")
+@_head_score_options
 @_options
 def heads(model: str, length: int, batch: int, seed: int, as_json: bool, out: str | None) -> None:
     """Previous-token, duplicate-token and induction scores of every head, on repeated random tokens."""
@@ -176,9 +183,7 @@ def diff(base: str, tuned: str, prompts: str, top: int, as_json: bool, out: str 
 
 @inspect.command("over-training")
 @click.argument("run", type=UserPath())
-@click.option("--length", default=20, show_default=True, help="Random tokens in each half of the repeated sequences.")
-@click.option("--batch", default=4, show_default=True, help="Repeated sequences.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random tokens.")
+@_head_score_options
 @_options
 def over_training(run: str, length: int, batch: int, seed: int, as_json: bool, out: str | None) -> None:
     """The training timeline of RUN (trained with trainer.snapshot_every_n_steps=K): the head scores of each
