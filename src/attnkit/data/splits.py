@@ -17,7 +17,7 @@ from __future__ import annotations
 import array
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,3 +205,23 @@ def split_records(
     else:
         split_of = fraction_split(len(records), val_fraction, test_fraction, seed, minimum=1)
     return {s: [r for r, p in zip(records, split_of) if p == i] for i, s in enumerate(SPLITS)}
+
+
+def read_split_sources(cfg: Any, read: Callable[[str], list[Any]]) -> dict[str, list[Any]]:
+    """The splits of a data config with ``source``, ``val_source``, ``test_source``, ``val_fraction``,
+    ``test_fraction``, ``seed`` and ``group_column`` (records with a ``.group``): ``read(path)`` of the source cut by
+    :func:`split_records` into the splits no file is given for; a given file is its split whole."""
+    records = read(cfg.source)
+    given = {"val": cfg.val_source, "test": cfg.test_source}
+    out = split_records(
+        records,
+        0.0 if given["val"] else cfg.val_fraction,
+        0.0 if given["test"] else cfg.test_fraction,
+        cfg.seed,
+        groups=None if cfg.group_column is None else [r.group for r in records],
+        where=f"data.source={cfg.source}",
+    )
+    for split, path in given.items():
+        if path:
+            out[split] = read(path)
+    return out

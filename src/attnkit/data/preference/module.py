@@ -30,7 +30,7 @@ from attnkit.data.preference.encode import (
 )
 from attnkit.data.preference.read import Feedback, Pair, read_feedback, read_pairs
 from attnkit.data.sft.artifacts import chat_artifacts
-from attnkit.data.splits import SPLITS, split_records
+from attnkit.data.splits import SPLITS, read_split_sources
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
 
@@ -143,21 +143,7 @@ class PreferenceDataModule(SplitDataModule):
         return reader(path, group_key=self.cfg.group_column)
 
     def _read(self) -> dict[str, list[Any]]:
-        c = self.cfg
-        records = self._read_file(c.source)
-        given = {"val": c.val_source, "test": c.test_source}
-        out = split_records(
-            records,
-            0.0 if given["val"] else c.val_fraction,
-            0.0 if given["test"] else c.test_fraction,
-            c.seed,
-            groups=None if c.group_column is None else [r.group for r in records],
-            where=f"data.source={c.source}",
-        )
-        for split, path in given.items():
-            if path:
-                out[split] = self._read_file(path)
-        return out
+        return read_split_sources(self.cfg, self._read_file)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:

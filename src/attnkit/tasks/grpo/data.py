@@ -19,7 +19,7 @@ from attnkit.data.preference.encode import encode_prompt
 from attnkit.data.readers.chats import ROLES
 from attnkit.data.readers.columnar_tasks import read_objects
 from attnkit.data.sft.artifacts import chat_artifacts
-from attnkit.data.splits import SPLITS, split_records
+from attnkit.data.splits import SPLITS, read_split_sources
 from attnkit.tasks.grpo.config import GRPODataConfig
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
@@ -134,21 +134,7 @@ class PromptDataModule(SplitDataModule):
         return self.tokenizer.vocab_size
 
     def _read(self) -> dict[str, list[PromptRow]]:
-        c = self.cfg
-        records = read_prompts(c.source, group_key=c.group_column)
-        given = {"val": c.val_source, "test": c.test_source}
-        out = split_records(
-            records,
-            0.0 if given["val"] else c.val_fraction,
-            0.0 if given["test"] else c.test_fraction,
-            c.seed,
-            groups=None if c.group_column is None else [r.group for r in records],
-            where=f"data.source={c.source}",
-        )
-        for split, path in given.items():
-            if path:
-                out[split] = read_prompts(path, group_key=c.group_column)
-        return out
+        return read_split_sources(self.cfg, lambda path: read_prompts(path, group_key=self.cfg.group_column))
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
