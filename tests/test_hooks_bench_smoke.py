@@ -4,7 +4,6 @@ out of the path. Never that the goal is met (timings are not tests)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 from attnkit.nn.hooks import hooks
-from bench_helpers import BENCHMARKS, run_quick
+from bench_helpers import load_benchmark, run_quick, table_cells
 
 STRIPPED = ["DecoderBlock.forward", "FeedForward.forward", "LanguageModel._hidden", "MultiHeadAttention.forward",
             "TransformerDecoder._run"]  # fmt: skip
@@ -22,15 +21,7 @@ STRIPPED = ["DecoderBlock.forward", "FeedForward.forward", "LanguageModel._hidde
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hooks_overhead_bench", BENCHMARKS / "hooks_overhead.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    return load_benchmark("hooks_overhead.py")
 
 
 def test_quick_run_prints_the_table_and_json_and_fails_a_missed_goal(tmp_path: Path) -> None:
@@ -46,14 +37,16 @@ def test_quick_run_prints_the_table_and_json_and_fails_a_missed_goal(tmp_path: P
                  "R wins / ties / A wins", "direct estimate", "A = R"):  # fmt: skip
         assert name in header
     rows = [
-        _cells(line) for line in lines if line.startswith(("| forward: ", "| generate: ")) and " A / R " not in line
+        table_cells(line)
+        for line in lines
+        if line.startswith(("| forward: ", "| generate: ")) and " A / R " not in line
     ]
     assert [r[0].split(":")[0] for r in rows] == ["forward", "generate"]
     for r in rows:
         assert float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") and float(r[3][:-1]) > 0
         assert r[4].endswith("x") and float(r[4][:-1]) > 0
         assert r[5] == "2" and sum(int(n) for n in r[6].split("/")) == 2 and r[8] == "yes"
-    goal_rows = [_cells(line) for line in lines if line.startswith(("| forward: A / R", "| generate: A / R"))]
+    goal_rows = [table_cells(line) for line in lines if line.startswith(("| forward: A / R", "| generate: A / R"))]
     assert [(r[2], r[3]) for r in goal_rows] == [("<= 0.00x", "FAIL")] * 2 and "0/2 goals pass" in proc.stdout
     assert "FAIL: goal missed: forward: A / R" in proc.stderr
     assert "load average at start" in proc.stdout and "calibration" in proc.stdout

@@ -4,7 +4,6 @@ memory figures measure what a call holds. Never that the goals are met (timings 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -13,22 +12,14 @@ from types import ModuleType
 import pytest
 import torch
 
-from bench_helpers import BENCHMARKS, run_quick
+from bench_helpers import load_benchmark, run_quick, table_cells
 
 MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_with_cache_bench", BENCHMARKS / "run_with_cache.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    return load_benchmark("run_with_cache.py")
 
 
 def test_quick_run_prints_the_tables_and_json_and_fails_a_missed_goal(tmp_path: Path) -> None:
@@ -43,10 +34,14 @@ def test_quick_run_prints_the_tables_and_json_and_fails_a_missed_goal(tmp_path: 
         "| A attnkit | T TransformerLens | A/T (median of paired rounds) | rounds | A wins / ties / T wins | names |"
         in lines
     )
-    timing = _cells(lines[lines.index("|---:|---:|---:|---:|---|---:|") + 1])
+    timing = table_cells(lines[lines.index("|---:|---:|---:|---:|---|---:|") + 1])
     assert float(timing[0]) > 0 and float(timing[1]) > 0 and timing[2].endswith("x") and float(timing[2][:-1]) > 0
     assert timing[3] == "2" and sum(int(n) for n in timing[4].split("/")) == 2 and timing[5] == "16"
-    memory = {_cells(line)[0]: _cells(line) for line in lines if line.startswith(("| model(ids)", "| run_with_cache,"))}
+    memory = {
+        table_cells(line)[0]: table_cells(line)
+        for line in lines
+        if line.startswith(("| model(ids)", "| run_with_cache,"))
+    }
     assert list(memory) == ["model(ids), no hook", "run_with_cache, block 2 (16 names)",
                             "run_with_cache, every block (64 names)"]  # fmt: skip
     assert (
@@ -54,7 +49,7 @@ def test_quick_run_prints_the_tables_and_json_and_fails_a_missed_goal(tmp_path: 
         < float(memory["run_with_cache, block 2 (16 names)"][3])
         < float(memory["run_with_cache, every block (64 names)"][3])
     )  # MiB the caches hold
-    goals = {_cells(line)[0]: _cells(line) for line in lines if line.startswith(("| time: ", "| memory: "))}
+    goals = {table_cells(line)[0]: table_cells(line) for line in lines if line.startswith(("| time: ", "| memory: "))}
     assert goals["time: attnkit / TransformerLens run_with_cache"][2:] == ["<= 0.00x", "FAIL"]
     assert goals["memory: one block / every block (added by caching)"][2:] == ["<= 0.10", "not checked (--quick)"]
     assert "FAIL: goal missed: time: attnkit / TransformerLens" in proc.stderr and "memory:" not in proc.stderr
