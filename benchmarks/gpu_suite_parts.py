@@ -306,6 +306,7 @@ def serving_section(device: torch.device, s: argparse.Namespace, out: dict[str, 
             print(f"serve {clients} clients: {runs[clients]['wall']:.2f} s", flush=True)
         alone = serve_bench.serve(engine, reqs[: s.hf_requests], 1, s.new_tokens)
     hf_ids, hf_seconds = hf_batch1(hf, reqs[: s.hf_requests], s.new_tokens, device)
+    step_ms = decode_step_ms(ours, hf, reqs[0], s.new_tokens, device)
     hf_tps = s.hf_requests * s.new_tokens / hf_seconds
     same_hf = sum(ids == list(mine) for ids, mine in zip(hf_ids, alone["ids"], strict=True))
     reference, tokens = runs[1]["ids"], len(reqs) * s.new_tokens
@@ -326,12 +327,41 @@ def serving_section(device: torch.device, s: argparse.Namespace, out: dict[str, 
     out["transformers_batch1"] = {"tokens_per_s": hf_tps, "engine_tokens_per_s": engine_tps,
                                   "identical_requests": same_hf, "requests": s.hf_requests}  # fmt: skip
     versus = engine_tps / hf_tps
+    out["decode_step_ms"] = step_ms
     return [
         *rows,
         row("serve", f"transformers generate, batch 1: tokens/s ({s.hf_requests} requests)", hf_tps),
         row("serve", "engine 1 client / transformers batch 1", versus, "{:.2f}x", goal=1.0, kind="goal"),
         row("serve", "requests whose tokens equal transformers'", float(same_hf), "{:.0f}"),
+        row("serve", "engine at 1 client: ms per token", 1e3 / engine_tps, "{:.2f}"),
+        row("serve", "transformers generate at batch 1: ms per token", 1e3 / hf_tps, "{:.2f}"),
+        row("serve", "attnkit model alone, one cached decoding step: ms", step_ms["attnkit"], "{:.2f}"),
+        row("serve", "transformers model alone, one cached decoding step: ms", step_ms["transformers"], "{:.2f}"),
     ]
+
+
+@torch.inference_mode()
+def decode_step_ms(ours: LanguageModel, hf: torch.nn.Module, prompt: list[int], steps: int,
+                   device: torch.device) -> dict[str, float]:  # fmt: skip
+    """The models alone, without a decoding loop: ms per cached one-token forward pass of each after the
+    prompt's prefill (the same token fed ``steps`` times; what separates the engine's time per token from
+    the model's is the engine's own work)."""
+    ids, token = torch.tensor([prompt], device=device), torch.tensor([[5]], device=device)
+
+    def per_step(step: Callable[[], Any]) -> float:
+        step()
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        return 1e3 * (time.perf_counter() - start) / steps
+
+    cache = ours.new_cache()
+    ours(ids, cache=cache)
+    past = hf(ids, use_cache=True).past_key_values
+    return {"attnkit": per_step(lambda: ours(token, cache=cache)),
+            "transformers": per_step(lambda: hf(token, past_key_values=past, use_cache=True))}  # fmt: skip
 
 
 @torch.inference_mode()

@@ -64,9 +64,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from datasets.utils.logging import disable_progress_bar
-from transformers.trainer_callback import PrinterCallback
-from transformers.utils import logging as hf_logging
 
 try:
     import attnkit
@@ -215,7 +212,7 @@ class Trl:
     """TRL's SFTTrainer on the same folder and conversations (peft LoRA rank 8 on q/k/v/o_proj)."""
 
     def __init__(self, folder: Path, chats: list[list[dict[str, str]]], args: argparse.Namespace) -> None:
-        from datasets import Dataset
+        from datasets import Dataset  # TRL's side only: the GPU suite imports this module without `datasets`
         from peft import LoraConfig as PeftLora
         from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import SFTConfig, SFTTrainer
@@ -254,6 +251,8 @@ class Trl:
     def steps(self, n: int) -> tuple[list[float], list[int]]:
         """``n + 1`` steps of ``SFTTrainer.train()`` (the first untimed): ``(seconds, real tokens)`` of the last n."""
         trainer = self.new(n + 1)  # a new trainer (and model) a round: a trainer trains once
+        from transformers.trainer_callback import PrinterCallback
+
         trainer.remove_callback(PrinterCallback)
         self.times, self.tokens = [], []
         trainer.train()
@@ -322,6 +321,9 @@ def main() -> int:
         args.batch = 2  # 32 short conversations fill only a few packed rows
     if args.threads:
         torch.set_num_threads(args.threads)
+    from datasets.utils.logging import disable_progress_bar
+    from transformers.utils import logging as hf_logging
+
     disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renamed gradient_checkpointing
     hf_logging.set_verbosity_error()

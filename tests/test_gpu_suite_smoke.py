@@ -118,3 +118,18 @@ def test_refuses_to_run_without_a_gpu_unless_smoke() -> None:
     proc = run("--sections", "parity", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no CUDA GPU" in proc.stderr and "--smoke" in proc.stderr
+
+
+def test_varlen_probe_fills_rows_exactly_and_refuses_without_cuda() -> None:
+    """benchmarks/gpu_varlen_probe.py: each packed row's documents add up to the context; without CUDA it
+    says so and exits 2 (its kernels run on CUDA only)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import gpu_varlen_probe
+
+    rows = gpu_varlen_probe.lengths(16, 1024)
+    assert len(rows) == 16 and all(sum(r) == 1024 and min(r) >= 1 for r in rows)
+    assert sum(len(r) for r in rows) > 16  # several documents a row: packed
+    if not __import__("torch").cuda.is_available():
+        done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_varlen_probe.py")], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2 and "no CUDA GPU" in done.stderr

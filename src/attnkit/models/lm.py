@@ -39,6 +39,7 @@ from attnkit.nn import (
     linear_cross_entropy,
     positions_from_padding_mask,
 )
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.hooks import HookPoint, embed_positions
 
 __all__ = ["PRESETS", "LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
@@ -83,7 +84,7 @@ class LanguageModel(nn.Module):
         self.hook_embed = HookPoint()  # the token embeddings (attnkit.nn.hooks: every activation is hookable)
         if self.positional is not None:
             self.hook_pos_embed = HookPoint()  # the position encoding added to them
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.decoder = TransformerDecoder(spec)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:

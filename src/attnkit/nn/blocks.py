@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.nn.attention import KVCache, MultiHeadAttention
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.feedforward import FeedForward
 from attnkit.nn.hooks import HookPoint
 from attnkit.nn.masks import PreparedAttention
@@ -70,8 +71,8 @@ class EncoderBlock(nn.Module):
         self.ff = _feedforward(spec)
         self.norm1 = _norm(spec)
         self.norm2 = _norm(spec)
-        self.dropout1 = nn.Dropout(spec.dropout)
-        self.dropout2 = nn.Dropout(spec.dropout)
+        self.dropout1 = Dropout(spec.dropout)
+        self.dropout2 = Dropout(spec.dropout)
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
         self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
@@ -170,9 +171,9 @@ class DecoderBlock(nn.Module):
         self.norm1 = _norm(spec)
         self.norm2 = _norm(spec) if spec.cross_attention else None
         self.norm3 = _norm(spec) if spec.mlp else None
-        self.dropout1 = nn.Dropout(spec.dropout)
-        self.dropout2 = nn.Dropout(spec.dropout)
-        self.dropout3 = nn.Dropout(spec.dropout)
+        self.dropout1 = Dropout(spec.dropout)
+        self.dropout2 = Dropout(spec.dropout)
+        self.dropout3 = Dropout(spec.dropout)
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
         self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
         if self.cross_attn is not None:  # after the cross-attention, and its residual

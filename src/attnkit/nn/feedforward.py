@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.hooks import HookPoint
 from attnkit.registry import Registry
 
@@ -75,7 +76,7 @@ class FeedForward(nn.Module):
         self._fn = kind.fn
         self._gated = gated = kind.gated
         self.linear1 = nn.Linear(dim, 2 * hidden_dim if gated else hidden_dim, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(hidden_dim, dim, bias=bias)
         # The hidden layer before the activation (gated: the gate; hook_pre_linear the other half) and after it.
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()

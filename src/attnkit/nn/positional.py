@@ -217,7 +217,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    if cos.dtype != x.dtype:  # (a cast to the same dtype is a no-op, but a dispatched one: per layer, per token)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + rotated * sin
 
 
 class RotaryEmbedding(nn.Module):

@@ -13,6 +13,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from attnkit.data.base import EvalBatches
 from attnkit.models import build_model
 from attnkit.models.lora import LoraConfig, apply_lora, base_fingerprint, is_lora
+from attnkit.nn import IGNORE_INDEX
 from attnkit.training.config import OptimConfig
 from attnkit.training.lora import keep_trained_tensors, restore_base_tensors
 from attnkit.training.schedule import CosineWarmupScheduler
@@ -59,7 +60,7 @@ class TaskModule(L.LightningModule):
         # Set by the runner for trainer.strategy=fsdp: configure_model shards the model with it.
         self.sharding: ShardingPlan | None = None
         self.optim_config = OptimConfig.model_validate(config["optim"])
-        self._step_targets = 0  # targets of the optimiser step's accumulated batches (on this process)
+        self._step_targets: Tensor | int = 0  # targets of the optimiser step's accumulated batches (on this process)
         self._train_sums = torch.zeros(3)  # this epoch's summed loss, correct predictions, predictions
         self.last_train_loss: Tensor | None = None  # the last training batch's mean loss (weight snapshots)
         # One copy of the metrics per stage: their states must not mix.
@@ -92,8 +93,9 @@ class TaskModule(L.LightningModule):
         return {}
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """``batch`` -> ``(loss, logits [N, C], target [N])`` with padding already removed (or, instead of the
-        logits, the predicted classes ``[N]``: the accuracy metrics take either)."""
+        """``batch`` -> ``(loss, logits [N, C], target [N])`` with padding removed or its targets at
+        ``IGNORE_INDEX`` (not counted), or, instead of the logits, the predicted classes ``[N]`` (the accuracy
+        metrics take either)."""
         raise NotImplementedError
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
@@ -134,24 +136,27 @@ class TaskModule(L.LightningModule):
         # its loggers write (every `trainer.log_every_n_steps`) and once per epoch: each `self.log`
         # call (and each torchmetrics update) costs Python bookkeeping on the order of a
         # millisecond, a large share of a small model's step (see benchmarks/training_overhead.py).
+        # Nothing here waits for the device: counts stay tensors (a `.item()`, a boolean index or a tensor
+        # made from a Python number would stall the host until the step's kernels ran, every step).
         loss, logits, target = self.step(batch)
         with torch.no_grad():
-            n = target.numel()
-            correct = (
-                (_predicted(logits) == target).sum() if self.train_accuracy else torch.zeros((), device=loss.device)
-            )
-            step_sums = torch.stack(
-                [loss.detach().float() * n, correct.float(), torch.tensor(float(n), device=loss.device)]
-            )
+            counted = target != IGNORE_INDEX  # a step may give targets it does not count (lm: padding)
+            n = counted.sum()
+            if self.train_accuracy:
+                correct = ((_predicted(logits) == target) & counted).sum()
+            else:
+                correct = torch.zeros((), device=loss.device)
+            step_sums = torch.stack([loss.detach().float() * n, correct.float(), n.float()])
             self._train_sums += step_sums  # float32 whatever the precision of the step (bf16 would lose counts)
             self.last_train_loss = loss.detach()
             if self._logging_step():
                 self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
                 if self.train_accuracy:
-                    self.log("train/acc_step", correct / max(n, 1), on_step=True, on_epoch=False, prog_bar=True)
+                    acc = correct / n.clamp_min(1)
+                    self.log("train/acc_step", acc, on_step=True, on_epoch=False, prog_bar=True)
         if self._accumulating():
             # The summed loss; on_before_optimizer_step divides by the step's total target count.
-            self._step_targets += n
+            self._step_targets = self._step_targets + n
             return loss * n
         return loss
 
@@ -169,7 +174,7 @@ class TaskModule(L.LightningModule):
         """
         if not self._accumulating():
             return
-        count = torch.tensor(float(self._step_targets), dtype=torch.float64, device=self.device)
+        count = torch.as_tensor(self._step_targets, device=self.device).to(torch.float64)
         total = float(self.trainer.strategy.reduce(count, reduce_op="sum"))
         self._step_targets = 0
         scale = self.trainer.accumulate_grad_batches * self.trainer.world_size / max(total, 1.0)
@@ -219,6 +224,7 @@ class TaskModule(L.LightningModule):
         cfg = self.optim_config
         optimizer_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         trainable = [p for p in self.parameters() if p.requires_grad]  # a LoRA run: the adapters only
+        # Not `fused=True`: Lightning's mixed-precision plugin refuses gradient clipping with a fused optimiser.
         optimizer = optimizer_cls(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
         # Without optim.max_iters the period is the run's number of steps, set in on_train_start: asking
         # the trainer for it here (`estimated_stepping_batches`) would set up the training data before
@@ -247,7 +253,8 @@ class ClassifierModule(TaskModule):
                 f"{type(self).__name__} counts accuracy over classes: its task's model_spec() must give "
                 "ModelSpec(num_classes=...)"
             )
-        return {"acc": MulticlassAccuracy(num_classes, average="micro")}
+        # Targets at IGNORE_INDEX (e.g. an lm batch's padding) are not counted.
+        return {"acc": MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)}
 
 
 def _predicted(scores: Tensor) -> Tensor:

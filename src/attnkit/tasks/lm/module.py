@@ -29,17 +29,17 @@ class LanguageModelModule(ClassifierModule):
         # float64 so that the order of the additions does not show in the figures.
         self.nll_sum = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
         self.token_count = torch.nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in ("val", "test")})
-        self._batch_nll: tuple[Tensor, int] | None = None
+        self._batch_nll: tuple[Tensor, Tensor] | None = None
 
     def step(self, batch: Any) -> tuple[Tensor, Tensor, Tensor]:
         inputs, targets = batch
-        logits = self.model(inputs)
-        keep = targets != IGNORE_INDEX
-        logits, targets = logits[keep], targets[keep]
-        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
-        count = int(targets.numel())
+        # Every position, the ignored ones at IGNORE_INDEX (padding, <bos>): no boolean index, whose
+        # data-dependent shape would make the host wait for the device every step.
+        logits, targets = self.model(inputs).flatten(0, 1), targets.flatten()
+        nll = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        count = (targets != IGNORE_INDEX).sum()
         self._batch_nll = (nll.detach(), count)
-        return nll / max(count, 1), logits, targets
+        return nll / count.clamp_min(1), logits, targets
 
     def _sums(self, stage: str) -> tuple[SumMetric, SumMetric]:
         """The stage's summed negative log-likelihood and token count."""
@@ -52,7 +52,7 @@ class LanguageModelModule(ClassifierModule):
         nll, count = self._batch_nll
         nll_sum, token_count = self._sums(stage)
         nll_sum.update(nll)
-        token_count.update(torch.tensor(float(count), device=nll.device))
+        token_count.update(count.to(torch.float64))
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         super().validation_step(batch, batch_idx)
