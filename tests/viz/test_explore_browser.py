@@ -11,6 +11,7 @@ import json
 import re
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "data.source": str(out / "corpus.txt"), "data.val_fraction": 0.1, "data.test_fraction": 0.1,
         "model.d_model": 32, "model.num_layers": 2, "model.num_heads": 2, "model.dim_feedforward": 64,
         "model.max_len": 48, "trainer.batch_size": 8, "trainer.max_epochs": 2, "optim.warmup": 5,
+        "trainer.snapshot_every_n_steps": 5,
     }  # fmt: skip
     return attnkit.train("lm", output_dir=str(out), name="c", **FAST, **overrides).run_dir
 
@@ -142,6 +144,99 @@ def explore_decoder(url: str, tmp_path: Path, generate_ids: Any, layers: int, he
         context.close()
 
 
+def post_to(url: str, path: str, body: Any) -> Any:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def explore_deeper(url: str, layers: int, heads: int) -> None:
+    """The next-token panel opens at temperature 1; the logit lens, attribution (a head switched off with a click)
+    and patching views show what their endpoints answer; no console error."""
+    text, corrupted = "The old owl sat on the", "The old cat sat on the"
+    with browser() as chromium:
+        page = chromium.new_page(viewport={"width": 1200, "height": 800})
+        watch = Watch(page)
+        page.goto(url + "?text=" + urllib.parse.quote(text))
+        wait_for(page, text)
+        data = page.evaluate("window.exploreData()")
+        last = len(data["tokens"]) - 1
+        assert page.inner_text("#temperature-value") == "1"  # the model's own distribution, not greedy
+        shown = [float(t.rstrip(" %")) / 100 for t in page.locator("#next-table .prob").all_inner_texts()]
+        np.testing.assert_allclose(shown, table_probabilities(data["next"], last, 1.0), atol=0.0006)
+        # the logit lens: (layers + 1) x positions cells, the endpoint's top tokens
+        page.click('button[data-view="lens"]')
+        page.wait_for_function(
+            f"document.querySelectorAll('#lens-table td.lens-cell').length === {(layers + 1) * (last + 1)}"
+        )
+        lens = post_to(url, "api/lens", {"text": text})
+        cells = page.eval_on_selector_all(
+            "#lens-table td.lens-cell", "cs => cs.map(c => [c.textContent, Number(c.dataset.p)])"
+        )
+        assert [c[0] for c in cells] == [t for row in lens["top_tokens"] for t in row]
+        assert [c[1] for c in cells] == [p for row in lens["top_probs"] for p in row]
+        # attribution: a bar per head; a click switches a head off and the next-token table changes
+        page.click('button[data-view="attribution"]')
+        page.wait_for_function(f"document.querySelectorAll('.head-switch').length === {layers * heads}")
+        page.wait_for_selector("#ablation table")
+        page.click('.head-switch[data-layer="1"][data-head="0"]')
+        page.wait_for_function("document.querySelector('#ablation h3').textContent.includes('L2H1 off')")
+        page.wait_for_selector("#ablation table")
+        ablation = post_to(url, "api/ablation", {"text": text, "heads": [[1, 0]]})
+        off = [float(t.rstrip(" %")) / 100 for t in page.locator("#ablation .prob-off").all_inner_texts()]
+        np.testing.assert_allclose(off, ablation["ablated_of_base"], atol=0.0006)
+        assert page.locator(".head-switch.off").count() == 1
+        page.click("#heads-on")
+        page.wait_for_function("!document.querySelector('#ablation h3').textContent.includes('L2H1')")
+        # patching: a corrupted text typed, a layer x position heat map
+        page.click('button[data-view="patching"]')
+        page.fill("#corrupted", corrupted)
+        page.click("#patch")
+        page.wait_for_function(
+            f"document.querySelectorAll('#patching-table td.patch-cell').length === {layers * (last + 1)}"
+        )
+        patch = post_to(url, "api/patching", {"clean": text, "corrupted": corrupted})
+        scores = page.eval_on_selector_all(
+            "#patching-table td.patch-cell", "cs => cs.map(c => Number(c.dataset.score))"
+        )
+        assert scores == [v for row in patch["scores"] for v in row]
+        watch.check((url,))
+
+
+def explore_timeline(url: str, run: Path) -> None:
+    """A run with weight snapshots: the slider over them shows each snapshot's weights (its step in the view's
+    input, its next-token table), the lens follows it, and its last place gives the trained weights back."""
+    from attnkit.training.snapshots import read_snapshot_index
+
+    steps = [e["step"] for e in read_snapshot_index(run)]
+    assert len(steps) >= 2
+    with browser() as chromium:
+        page = chromium.new_page(viewport={"width": 1200, "height": 800})
+        watch = Watch(page)
+        page.goto(url + "?text=the+cat")
+        wait_for(page, "the cat")
+        trained = page.evaluate("window.exploreData()")
+        assert trained["input"]["snapshot"] is None and page.is_visible("#timeline")
+        assert page.inner_text("#snapshot-value") == "trained"
+        slide = "(s, v) => { s.value = String(v); s.dispatchEvent(new Event('input')); }"
+        page.eval_on_selector("#snapshot", slide, 0)
+        page.wait_for_function("window.exploreData().input.snapshot === 0")
+        first = page.evaluate("window.exploreData()")
+        assert first["next"]["logits"] != trained["next"]["logits"] and page.inner_text("#snapshot-value").startswith(
+            "0"
+        )
+        page.click('button[data-view="lens"]')
+        page.wait_for_selector("#lens-table td.lens-cell")
+        lens = post_to(url, "api/lens", {"text": "the cat", "snapshot": 0})
+        shown = page.eval_on_selector_all("#lens-table td.lens-cell", "cs => cs.map(c => c.textContent)")
+        assert shown == [t for row in lens["top_tokens"] for t in row]
+        page.eval_on_selector("#snapshot", slide, len(steps))  # the last place: the trained weights
+        page.wait_for_function("window.exploreData().input.snapshot === null")
+        assert page.evaluate("window.exploreData()")["next"] == trained["next"]
+        watch.check((url,))
+
+
 def test_explore_a_trained_lm_run(lm_run: Path, tmp_path: Path):
     pretrained = load_model(lm_run)
 
@@ -152,6 +247,7 @@ def test_explore_a_trained_lm_run(lm_run: Path, tmp_path: Path):
 
     with explore_server(lm_run, tmp_path / "log") as url:
         explore_decoder(url, tmp_path, generate_ids, layers=2, heads=2)
+        explore_timeline(url, lm_run)
 
 
 def test_explore_an_imported_llama(llama: Path, tmp_path: Path):
@@ -176,3 +272,4 @@ def test_explore_an_imported_llama(llama: Path, tmp_path: Path):
         status, answer = post(url, {"text": "The old owl", "steps": 2})
         assert status == 200 and len(answer["ids"]) == len(pretrained.encode_prompt("The old owl")) + 2
         explore_decoder(url, tmp_path, generate_ids, layers=2, heads=4)
+        explore_deeper(url, layers=2, heads=4)

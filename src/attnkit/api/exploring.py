@@ -22,8 +22,9 @@ def explore(
     """Serve the attention explorer of ``run`` (any run folder or checkpoint, attnkit model folder or Hugging Face
     folder that attnkit loads) until interrupted: a page where you type an input and see every layer's
     and head's attention (head view, matrix, model view), a decoder's next-token distribution with a
-    temperature slider, and its generation step by step (:mod:`attnkit.viz.explorer`). Everything the page
-    uses is served from the package: it works offline.
+    temperature slider, and its generation step by step; for decoders the logit lens, attribution per head with
+    heads switched off by a click, activation patching, and a slider over a run's weight snapshots
+    (:mod:`attnkit.viz.explorer`). Everything the page uses is served from the package: it works offline.
 
     ``host`` / ``port``: where to listen (127.0.0.1; port 0 picks a free one); on a loopback address, requests
     whose ``Host`` header is not a loopback name are refused (421), so that web pages of other sites cannot

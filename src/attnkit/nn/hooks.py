@@ -121,6 +121,7 @@ def embed_positions(h: Tensor, add: Callable[[Tensor], Tensor], point: HookPoint
 
 _LAYER = re.compile(r"^(?:(.*?)\.)?layers\.(\d+)\.(.*)$")
 _SUBLAYER = {"self_attn": "attn", "ff": "mlp"}
+_GLOB = re.compile(r"[*?[]")  # what makes a name filter a glob (fnmatch's special characters)
 
 
 def _tl_names(paths: list[str]) -> list[str]:
@@ -161,7 +162,9 @@ def _matcher(names: NameFilter) -> Callable[[str], bool]:
     for p in patterns:
         if not isinstance(p, str):
             raise TypeError(f"names: expected hook names, globs or a predicate, got {type(p).__name__} {p!r}")
-    return lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    exact = {p for p in patterns if not _GLOB.search(p)}  # plain names: a set lookup, not a glob match each
+    globs = [p for p in patterns if p not in exact]
+    return lambda name: name in exact or any(fnmatch.fnmatchcase(name, p) for p in globs)
 
 
 def hook_points(model: nn.Module, names: NameFilter = None) -> dict[str, HookPoint]:
@@ -172,12 +175,13 @@ def hook_points(model: nn.Module, names: NameFilter = None) -> dict[str, HookPoi
         raise ValueError(f"{type(model).__name__} has no hook points (attnkit models and nn blocks have them)")
     points: dict[str, HookPoint] = {}
     for name, (_, point) in zip(_tl_names([p for p, _ in found]), found):
-        point.name = name
+        if point.name != name:  # named once (nn.Module's __setattr__ costs a microsecond or more a call)
+            point.name = name
         points[name] = point
     keep = _matcher(names)
     if names is not None and not callable(names):
         for pattern in [names] if isinstance(names, str) else names:
-            if not any(fnmatch.fnmatchcase(n, pattern) for n in points):
+            if pattern not in points and not any(fnmatch.fnmatchcase(n, pattern) for n in points):
                 raise ValueError(f"no hook point is named {pattern!r}; {_some_names(points)}")
     return {name: point for name, point in points.items() if keep(name)}
 

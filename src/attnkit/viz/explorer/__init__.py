@@ -2,7 +2,10 @@
 
 - :mod:`~attnkit.viz.explorer.payload`: what the page receives for one input (attention packed compactly,
   masks, next-token tables), as pure functions.
-- :mod:`~attnkit.viz.explorer.views`: :func:`load_explorer` and the views of each kind of model.
+- :mod:`~attnkit.viz.explorer.views`: :func:`load_explorer` and the views of each kind of model (and a run's
+  weight snapshots: :meth:`Explorer.use_snapshot`).
+- :mod:`~attnkit.viz.explorer.interpret`: a decoder's interpretability views (logit lens, attribution, patching,
+  heads switched off), read from :mod:`attnkit.models`' techniques.
 - :mod:`~attnkit.viz.explorer.page`: the page (HTML, script and style shipped with the package) and
   :func:`explore`, the same page inline in Jupyter with the data embedded.
 - :mod:`~attnkit.viz.explorer.app`: the local web app ``attnkit explore`` serves (FastAPI).

@@ -11,7 +11,7 @@ from typing import Any
 
 __all__ = ["ASSETS", "ExploreView", "asset", "explore", "standalone_html"]
 
-ASSETS = ("index.html", "explore.js", "explore.css")
+ASSETS = ("index.html", "explore.js", "interpret.js", "explore.css")  # interpret.js: served pages only
 
 
 def asset(name: str) -> str:

@@ -20,6 +20,7 @@ from attnkit.models import BertClassifier, BertEncoder, LanguageModel
 from attnkit.models.generation import SamplingParams, check_seed, check_temperature
 from attnkit.text.tokenizers import Tokenizer
 from attnkit.training.resolve import resolve_model
+from attnkit.training.snapshots import load_snapshot, read_snapshot_index
 from attnkit.training.task import LoadedRun
 from attnkit.viz.explorer.payload import ATTENTION_BUDGET, next_token_table, pack_attention, token_label
 from attnkit.viz.runs import loaded_run
@@ -64,6 +65,7 @@ class Explorer:
         layer: int | None = None,
         position: int | None = None,
         budget: int = ATTENTION_BUDGET,
+        snapshot: int | None = None,
     ) -> dict[str, Any]:
         """The payload of input ``text``: ``{"model", "input", "blocks", ...}`` (decoders: ``steps`` tokens
         generated after it, greedy at ``temperature=0``, else sampled with ``seed``). A bad input is a
@@ -73,7 +75,9 @@ class Explorer:
         (top-k per row over ``budget``). ``position``: a decoder's next-token table at that position only
         (from 0; negative from the end), else at every position. The page asks for what it shows; the
         model's forward pass of the last input is kept, so asking for another layer or position of the
-        same input costs no forward pass."""
+        same input costs no forward pass. ``snapshot``: a training step of the run's weight snapshots
+        (:meth:`use_snapshot`; None: the trained weights)."""
+        self.use_snapshot(snapshot)
         if not isinstance(text, str):
             raise ValueError(f"the input must be a text, got {type(text).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_STEPS:
@@ -93,8 +97,17 @@ class Explorer:
                 self._last = (key, self._compute(text, steps, float(temperature), seed))
         out = self._payload(self._last[1], layer, position, budget)
         out["model"] = self.info()
-        out["input"] = {"text": text, "steps": steps, "temperature": temperature, "seed": seed}
+        out["input"] = {"text": text, "steps": steps, "temperature": temperature, "seed": seed, "snapshot": snapshot}
         return out
+
+    def use_snapshot(self, step: Any) -> None:
+        """Look at the weights of the run's snapshot of training step ``step`` from now on (None: the trained ones).
+        Only a decoder's run trained with ``trainer.snapshot_every_n_steps`` has snapshots."""
+        if step is not None:
+            raise ValueError(
+                f"snapshot: this {self.kind} model has no weight snapshots (an lm or sft run trained with "
+                "trainer.snapshot_every_n_steps=K has); leave snapshot out"
+            )
 
     def _compute(self, text: str, steps: int, temperature: float, seed: int) -> dict[str, Any]:
         """The model's pass over one input: what :meth:`_payload` reads (kept for the next request)."""
@@ -113,7 +126,7 @@ class DecoderExplorer(Explorer):
     example = "The"
     hint = "a text to continue"
 
-    def __init__(self, pretrained: Pretrained) -> None:
+    def __init__(self, pretrained: Pretrained, run_dir: Path | None = None) -> None:
         super().__init__(pretrained.name, str(pretrained.source))
         if not isinstance(pretrained.model, LanguageModel) or not isinstance(pretrained.tokenizer, Tokenizer):
             raise ValueError(f"{pretrained.source}: a decoder explorer needs a language model with its tokenizer")
@@ -121,6 +134,46 @@ class DecoderExplorer(Explorer):
         self.model: LanguageModel = pretrained.model.eval()
         self.tokenizer: Tokenizer = pretrained.tokenizer
         self.label = functools.lru_cache(maxsize=65536)(self._label)
+        # The run's weight snapshots (a LoRA run's hold adapters, which the merged model here cannot take: none).
+        self.run_dir = run_dir
+        entries = read_snapshot_index(run_dir) if run_dir is not None else []
+        self.snapshots = [] if any(e.get("lora") for e in entries) else entries
+        self.snapshot: int | None = None  # the step whose weights the model holds; None: the trained ones
+        self._trained: dict[str, torch.Tensor] | None = None  # the trained weights, kept while a snapshot is shown
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "snapshots": [{"step": e["step"], "loss": e.get("loss")} for e in self.snapshots]}
+
+    def use_snapshot(self, step: Any) -> None:
+        if step == self.snapshot and (step is None or not isinstance(step, bool)):
+            return
+        if step is None:
+            assert self._trained is not None  # set when a snapshot was loaded
+            self.model.load_state_dict(self._trained)
+        else:
+            steps = [e["step"] for e in self.snapshots]
+            entry = next(
+                (
+                    e
+                    for e in self.snapshots
+                    if e["step"] == step and isinstance(step, int) and not isinstance(step, bool)
+                ),
+                None,
+            )
+            if entry is None:
+                raise ValueError(
+                    f"snapshot must be one of the run's snapshot steps {steps} (or null: the trained weights), got "
+                    f"{step!r}"
+                    if steps
+                    else "snapshot: this run has no weight snapshots (train it with "
+                    "trainer.snapshot_every_n_steps=K); leave snapshot out"
+                )
+            if self._trained is None:
+                self._trained = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            assert self.run_dir is not None  # snapshots come from a run folder
+            load_snapshot(self.model, self.run_dir, entry)
+        self.snapshot = step
+        self._last = None  # the kept forward pass was of other weights
 
     def _label(self, token_id: int) -> str:
         if token_id >= self.tokenizer.vocab_size:  # a model's padded vocabulary: ids no token has
@@ -319,5 +372,5 @@ def _from_run(loaded: LoadedRun, source: str) -> Explorer:
         artifacts = loaded.hparams.get("artifacts") or {}
         tokenizer = tokenizer_of(artifacts) if "tokenizer" in artifacts else None
         model = plain_model(loaded.module.model, merge=True, source=source).eval()
-        return DecoderExplorer(Pretrained(model, "lm", tokenizer, Path(source), dict(loaded.hparams)))
+        return DecoderExplorer(Pretrained(model, "lm", tokenizer, Path(source), dict(loaded.hparams)), loaded.run_dir)
     return RunExplorer(loaded, source)

@@ -8,7 +8,9 @@
   const dataNode = $("explore-data");
   const EMBEDDED = dataNode ? JSON.parse(dataNode.textContent) : null;
   const STATIC = EMBEDDED !== null;
-  const state = { text: "", layer: 0, head: 0, pos: -1, view: "head", block: 0, steps: 0, temp: 0, mode: "greedy", seed: 0 };
+  // temp: the slider's index; -1 until a table arrives, then that of temperature 1 (the model's own distribution)
+  const state = { text: "", layer: 0, head: 0, pos: -1, view: "head", block: 0, steps: 0, temp: -1, mode: "greedy", seed: 0, snapshot: -1 };
+  const DEEPER = ["lens", "attribution", "patching"];  // a decoder's interpretability views (interpret.js)
   let data = null;  // the latest payload
   let store = null;  // what has arrived for the input shown (see merge)
   let version = 0;
@@ -118,6 +120,7 @@
     const sent = { text: state.text, steps: state.steps, seed: Number(state.seed) || 0,
       temperature: state.mode === "sample" ? temperatures()[state.temp] || 1.0 : 0 };
     if (!full) { sent.layer = state.view === "model" ? "all" : state.layer; sent.position = state.pos; }
+    if (!STATIC && window.attnkitInterpret) sent.snapshot = window.attnkitInterpret.snapshot(state.snapshot);
     return JSON.stringify(sent);
   }
   async function request() {
@@ -153,8 +156,13 @@
   // ------------------------------------------------------------------ rendering
   function render() {
     const blk = data.blocks[state.block];
-    for (const view of ["head", "matrix", "model"]) $("view-" + view).hidden = state.view !== view;
-    for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.view === state.view);
+    const deeper = !STATIC && !!data.next && !!window.attnkitInterpret;  // served decoders only
+    if (!deeper && DEEPER.includes(state.view)) state.view = "head";
+    for (const view of ["head", "matrix", "model", ...DEEPER]) $("view-" + view).hidden = state.view !== view;
+    for (const tab of document.querySelectorAll(".tab")) {
+      tab.classList.toggle("active", tab.dataset.view === state.view);
+      if (DEEPER.includes(tab.dataset.view)) tab.hidden = !deeper;
+    }
     $("title").textContent = (data.title ? data.title + " \u00b7 " : "") + blk.name + ", layer " + (state.layer + 1) + ", head " + (state.head + 1);
     const notes = [];
     if (blk.causal) notes.push("causal mask: a token attends to itself and the tokens before it (masked cells hatched)");
@@ -165,9 +173,11 @@
     if (topk) notes.push("each row keeps its " + grid.k + " largest weights (on average " + Math.round(grid.kept * 100) + " % of the row); the rest show as 0");
     $("note").textContent = notes.join("; ");
     if (need && !STATIC && need.layer !== undefined) loading($("view-" + state.view));
+    else if (DEEPER.includes(state.view)) window.attnkitInterpret.draw(state.view, $("view-" + state.view), data);
     else if (state.view === "head") drawHead(blk); else if (state.view === "matrix") drawMatrix(blk); else drawModel(blk);
     drawNext();
     drawTask();
+    if (deeper) window.attnkitInterpret.timeline(state, data, () => { state.steps = 0; request(); });
     writeUrl();
     if (need && !STATIC) {  // ask for it; the views are complete when it arrives
       if (inflight || body(false) !== lastAsked) request();
@@ -353,6 +363,7 @@
     const temps = data.next.temperatures;
     const slider = $("temperature");
     slider.max = String(temps.length - 1);
+    if (state.temp < 0) state.temp = Math.max(0, temps.indexOf(1));
     state.temp = Math.min(state.temp, temps.length - 1);
     slider.value = String(state.temp);
     const t = temps[state.temp];
