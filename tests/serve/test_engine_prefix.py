@@ -1,6 +1,6 @@
 """The engine's prefix cache: requests whose prompts share a long prefix (a system prompt) get the tokens they
 get without the cache, alone or batched, greedy or seeded; the shared blocks are prefilled once (hits and reused
-tokens counted); echo requests neither use nor fill it; memory stays under its bound."""
+tokens counted); echo requests fill it but never read it; memory stays under its bound."""
 
 from __future__ import annotations
 
@@ -40,21 +40,28 @@ def test_a_shared_prefix_gives_the_same_tokens_and_is_prefilled_once(pretrained:
     assert stats["prefix_entries"] >= 1 and 0 < stats["prefix_bytes"] <= 64 * 2**20
 
 
-def test_echo_requests_neither_use_nor_fill_the_cache(pretrained: Any) -> None:
+def test_echo_requests_fill_the_cache_exactly_but_never_read_it(pretrained: Any) -> None:
+    """An echo (the prompt's log-probabilities) scores every prompt position, and the cache holds keys and values,
+    not logits: it never looks the cache up. Its prefill's keys and values are those of any prefill (which
+    positions' logits are computed changes none of them), so it fills the cache, and a request after it gets the
+    tokens it gets without a cache, from the echo's blocks."""
     prompt = pretrained.encode_prompt(SYSTEM + "The old owl")
     cache = PrefixCache(64 * 2**20, block=8)
     echo = SamplingParams(max_tokens=0, logprobs=1)
+    greedy = SamplingParams(max_tokens=6, temperature=0.0)
+    with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[]) as plain:
+        want = run(plain, prompt, greedy).texts
     with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[], prefix_cache=cache) as engine:
         done = Collector()
         engine.submit(prompt, echo, done, prompt_logprobs=True)
         done.wait()
-        assert len(cache) == 0 and cache.hits == cache.misses == 0
-        run(engine, prompt, SamplingParams(max_tokens=4, temperature=0.0))
-        assert len(cache) == 1 and cache.misses == 1
+        assert len(cache) == 1 and cache.hits == cache.misses == 0  # filled, never looked up
+        assert run(engine, prompt, greedy).texts == want
+        assert cache.hits == 1 and cache.reused_tokens == (len(prompt) - 1) // 8 * 8
         done = Collector()
         engine.submit(prompt, echo, done, prompt_logprobs=True)
         done.wait()
-        assert cache.hits == 0  # the echo scored every position itself
+        assert cache.hits == 1 and cache.misses == 0  # the echo scored every position itself
 
 
 def test_memory_stays_under_the_bound(pretrained: Any) -> None:

@@ -1,55 +1,40 @@
-"""The serving engine: one background thread decodes every live sequence as one batch (continuous batching).
+"""The serving engine: one background thread decodes every live request as one batch (continuous batching).
 
-:class:`Engine` owns a :class:`~attnkit.models.LanguageModel`. :meth:`Engine.submit` queues a
-:class:`Request` (prompt ids, :class:`~attnkit.models.generation.SamplingParams`, a ``sink`` that receives its
-:data:`~attnkit.serve.events.Event` s); the thread admits waiting requests into the running batch at the next
-step (their prompts prefilled together, the key/value cache then merged into the batch's), so a request never
-waits for the others to finish. The batch is left-padded: ``key_padding_mask`` is True at real tokens, and each
-token's position counts only its own row's tokens, so every row computes what it would alone. Finished and
-cancelled rows leave the batch (``index_select``) and leading columns that became padding in every row are
-trimmed, so the batch is as wide as its longest live row.
+:class:`Engine` owns a :class:`~attnkit.models.LanguageModel` and one
+:class:`~attnkit.models.generation.batch.ContinuousBatch`, the decode loop (prefill, joining new rows into the
+running batch's cache, one step for every live row with its request's
+:class:`~attnkit.models.generation.SamplingParams` and seed, stop ids, log-probabilities, a request's failure kept
+its own). The engine keeps the rest: :meth:`Engine.submit` queues a :class:`Request` (prompt ids, parameters, a
+``sink`` that receives its :data:`~attnkit.serve.events.Event` s); the thread admits waiting requests into the
+batch at the next step, in order, as many as ``max_batch`` rows allow, so a request never waits for the others
+to finish; a cancelled request's rows leave at the next step; and each choice's tokens become streamed text, cut
+at its stop strings, sent as :class:`Piece` and :class:`Finished` events.
 
-Next tokens: one :class:`~attnkit.models.generation.Sampler` holds every row of the batch (in the batch's row
-order), each with its request's parameters and generator (a request's rows draw together, so a seeded request
-gets the same tokens alone or batched); each step chooses every row's token in one call. A request's first
-tokens come from its prefill's logits, chosen by a sampler of the admitted rows that then joins the batch's.
 Log-probabilities (``SamplingParams.logprobs``) ride on the :class:`Piece` and :class:`Finished` events; a
 request submitted with ``prompt_logprobs`` first gets a :class:`Prompt` event (its prompt's log-probabilities,
 from a log-softmax at every prompt position of its prefill), and with ``max_tokens`` 0 it ends there.
 
-Every request fails alone: an error while handling one request's rows (seeding its generator, choosing its
-tokens, decoding its text, stop strings) ends that request with a :class:`Failed` event and the batch goes
-on. When choosing the tokens of several requests together raises, the generators are set back and each
-request's rows are chosen alone (:meth:`~attnkit.models.generation.Sampler.subset`), so only the request that
-causes it fails; likewise a prefill that fails for several requests together is retried one request at a time.
-Only an error of the shared decoding step itself fails every live row.
+Every request fails alone: an error while handling one request (seeding its generator, choosing its tokens, in
+the batch; decoding its text, stop strings, here) ends that request with a :class:`Failed` event and the batch
+goes on (see :mod:`attnkit.models.generation.batch`). Only an error of the shared decoding step, or of joining a
+prefill into the batch, fails every live row.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 
 import torch
-from torch import Tensor
 
 from attnkit.models import LanguageModel
-from attnkit.models.generation import MAX_TOKENS, Sampler, SamplingError, SamplingParams
-from attnkit.models.generation.prefix_cache import PrefixCache, PrefixHit
-from attnkit.nn import DecoderCache
-from attnkit.serve.events import (
-    Event,
-    Failed,
-    Finished,
-    Piece,
-    Prompt,
-    TokenLogprob,
-)
-from attnkit.serve.prefill import Prefill, prefill
-from attnkit.serve.rows import Request, Row, choose, generators_of, pad_left, trim_left
+from attnkit.models.generation import MAX_TOKENS, SamplingError, SamplingParams
+from attnkit.models.generation.batch import BatchRow, ContinuousBatch, NewToken, Update
+from attnkit.models.generation.prefix_cache import PrefixCache
+from attnkit.serve.events import Event, Failed, Finished, Piece, Prompt, TokenLogprob
+from attnkit.serve.rows import ChoiceText, Request
 from attnkit.text.stops import StopText
 from attnkit.text.streaming import StreamDecoder
 from attnkit.text.tokenizers import Tokenizer
@@ -78,8 +63,9 @@ class Engine:
     ``context``: the most tokens a row may hold (prompt + generated; default the model's ``max_len``).
     ``prefix_cache``: a :class:`~attnkit.models.generation.prefix_cache.PrefixCache` (``None``: off): a request
     whose prompt starts like an earlier one's (whole blocks) is prefilled alone from the cached keys and values
-    of that prefix, and every prefill's prompt is kept there (echo requests, which score every prompt position,
-    neither use nor fill it). Start with :meth:`start` (or use as a context manager); :meth:`shutdown` stops the thread.
+    of that prefix, and every prefill's prompt is kept there (echo requests fill it but never read it: they
+    score every prompt position, and the cache holds keys and values, not logits). Start with :meth:`start`
+    (or use as a context manager); :meth:`shutdown` stops the thread.
     """
 
     def __init__(
@@ -101,22 +87,38 @@ class Engine:
         self.context = int(context or model.config.max_len)
         if not 1 <= self.context <= model.config.max_len:
             raise ValueError(f"context must be in [1, {model.config.max_len}] (the model's max_len), got {context}")
-        self._device = next(model.parameters()).device
         self.prefix_cache = prefix_cache
+        self._batch: ContinuousBatch[Request] = ContinuousBatch(
+            model,
+            int(model.config.vocab_size),
+            context=self.context,
+            stop_ids=self.stop_ids,
+            device=next(model.parameters()).device,
+            prefix_cache=prefix_cache,
+        )
         self._waiting: deque[Request] = deque()
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._vocab = int(model.config.vocab_size)
-        self._rows: list[Row] = []
-        self._sampler: Sampler | None = None  # the batch's rows, in order
-        self._generators: list[torch.Generator] = []  # those of the live sampled requests
-        self._cache: DecoderCache | None = None
-        self._mask = torch.zeros(0, 0, dtype=torch.bool, device=self._device)  # True = real token
-        self._pending = torch.zeros(0, dtype=torch.long, device=self._device)  # sampled, not yet fed
-        self.steps = 0
-        self.peak_rows = 0
-        self.cancelled_rows = 0
+
+    @property
+    def steps(self) -> int:
+        """Decoding steps so far (a request's first token comes from its prefill, not a step)."""
+        return self._batch.steps
+
+    @property
+    def peak_rows(self) -> int:
+        """The most rows decoded together so far (settable: a benchmark resets it)."""
+        return self._batch.peak_rows
+
+    @peak_rows.setter
+    def peak_rows(self, value: int) -> None:
+        self._batch.peak_rows = value
+
+    @property
+    def cancelled_rows(self) -> int:
+        """Rows removed unfinished because their request was cancelled."""
+        return self._batch.cancelled_rows
 
     # ------------------------------------------------------------------ public
     def start(self) -> Engine:
@@ -150,7 +152,7 @@ class Engine:
             raise TypeError(f"params must be an attnkit.models.generation.SamplingParams, got {type(params).__name__}")
         if params.n > self.max_batch:
             raise SamplingError("n", f"n must be in [1, {self.max_batch}] (the server's --max-batch), got {params.n!r}")
-        vocab = self._vocab
+        vocab = self._batch.vocab_size
         params.check_vocab(vocab)
         if params.max_tokens == 0 and not prompt_logprobs:
             raise SamplingError(
@@ -196,9 +198,9 @@ class Engine:
         (rows removed unfinished because their request was cancelled) and, with a prefix cache, its counters
         prefixed ``prefix_`` (``prefix_hits``, ``prefix_reused_tokens``, ``prefix_bytes``, ...)."""
         return {
-            "live_rows": len(self._rows),
+            "live_rows": len(self._batch.rows),
             "waiting": len(self._waiting),
-            "width": int(self._mask.shape[1]),
+            "width": self._batch.width,
             "steps": self.steps,
             "peak_rows": self.peak_rows,
             "cancelled_rows": self.cancelled_rows,
@@ -210,14 +212,15 @@ class Engine:
         with torch.inference_mode():
             while True:
                 with self._wake:
-                    while not self._stopping and not self._rows and not self._waiting:
+                    while not self._stopping and not self._batch.rows and not self._waiting:
                         self._wake.wait()
                     if self._stopping:
                         break
                 try:
                     self._admit()
-                    if self._rows:
-                        self._step()
+                    if self._batch.rows:
+                        self._handle(self._batch.step())
+                        self._batch.drop()
                 except Exception as err:  # a failed step fails its rows; the server keeps serving
                     log.exception("decoding step failed")
                     self._fail_all(f"the engine failed: {type(err).__name__}: {err}")
@@ -228,12 +231,13 @@ class Engine:
             _send(request, Failed("the server is shutting down"))
 
     def _admit(self) -> None:
-        """Prefill, together, the waiting requests that fit ``max_batch`` and merge them into the batch."""
-        self._drop(lambda row: row.request.cancelled)
+        """Hand the batch, together, the waiting requests that fit ``max_batch`` (in order; cancelled ones
+        never), until none is left or fits."""
+        self._batch.drop()  # the rows of requests cancelled since the last step
         while True:
             admitted: list[Request] = []
             with self._wake:
-                rows = len(self._rows)
+                rows = len(self._batch.rows)
                 while self._waiting:
                     request = self._waiting[0]
                     if not request.cancelled and rows + request.params.n > self.max_batch:
@@ -244,212 +248,75 @@ class Engine:
                         rows += request.params.n
             if not admitted:
                 return
-            prefilled = self._prefill_each(admitted)
-            while prefilled:
-                group, prompts = prefilled.pop(0)
-                try:
-                    self._join(group, *prompts)
-                except Exception as err:  # merging failed: the batch may be broken, _run fails its rows
-                    _fail_all_of([r for later, _ in prefilled for r in later], err)
-                    raise
-            self._drop(lambda row: row.done or row.request.cancelled)
+            update = self._batch.admit(admitted)
+            self._handle(update)
+            if update.broken is not None:  # joining failed: the batch may be broken, _run fails its rows
+                err, unjoined = update.broken
+                for request in unjoined:
+                    _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
+                raise err
+            self._batch.drop()
 
-    def _prefill_each(self, requests: list[Request]) -> list[tuple[list[Request], Prefill]]:
-        """The prefill of ``requests`` together; if that pass fails, of each request alone (a request that
-        fails alone gets a :class:`Failed` event), so that one request's failure is never the others'. A request
-        whose prompt starts with a cached prefix is prefilled alone, from that prefix."""
-        done: list[tuple[list[Request], Prefill]] = []
-        if self.prefix_cache is not None:
-            rest = []
-            for request in requests:
-                hit = None if request.prompt_logprobs else self.prefix_cache.lookup(request.prompt)
-                if hit is None or not hit.length:
-                    rest.append(request)
-                    continue
-                try:
-                    done.append(([request], self._prefill([request], hit)))
-                except Exception as err:
-                    self._fail(request, err, [])
-            requests = rest
-            if not requests:
-                return done
-        try:
-            return [*done, (requests, self._prefill(requests))]
-        except Exception as err:
-            if len(requests) == 1:
-                self._fail(requests[0], err, [])
-                return []
-            log.warning("the prefill of %d requests failed (%s); prefilling each alone", len(requests), err)
-        for request in requests:
+    def _handle(self, update: Update[Request]) -> None:
+        """Send what the batch produced: prompts' log-probabilities, requests of ``max_tokens`` 0 done, failures,
+        then each new token's text (a request that fails here fails alone)."""
+        for request, entries in update.prompts:
+            _send(request, Prompt(entries))
+        for request in update.ended:
+            for i in range(request.params.n):
+                _send(request, Finished(i, "length", 0, ()))
+        failed: set[int] = set()
+        for request, err in update.failed:
+            failed.add(id(request))
+            self._fail(request, err)
+        for new in update.tokens:
+            request = new.row.request
+            if request.cancelled or id(request) in failed:
+                continue  # a failed request's row, or a cancelled one: leaves the batch at the next drop
             try:
-                done.append(([request], self._prefill([request])))
+                self._accept(new)
             except Exception as err:
-                self._fail(request, err, [])
-        return done
+                failed.add(id(request))
+                self._batch.end(request)
+                self._fail(request, err)
 
-    def _prefill(self, requests: list[Request], hit: PrefixHit | None = None) -> Prefill:
-        """:func:`~attnkit.serve.prefill.prefill` of ``requests`` with this engine's model and prefix cache."""
-        return prefill(self.model, requests, self._device, self.prefix_cache, hit)
-
-    def _join(
-        self,
-        requests: list[Request],
-        cache: DecoderCache,
-        mask: Tensor,
-        logits: Tensor,
-        echoes: list[tuple[TokenLogprob | None, ...] | None],
-    ) -> None:
-        """Send each request's :class:`Prompt`; end the requests of ``max_tokens`` 0; add the rows of the others
-        to a sampler that chooses their first tokens from the prefill's ``logits`` (a request that fails here
-        fails alone), then merge the prefill and that sampler into the batch's."""
-        rows: list[Row] = []
-        keep: list[int] = []
-        group = Sampler(self._vocab, self._device)
-        start = 0
-        for request, echo in zip(requests, echoes):
-            params, n = request.params, request.params.n
-            span, start = range(start, start + n), start + n
-            try:
-                if echo is not None:
-                    _send(request, Prompt(echo))
-                if params.max_tokens == 0:  # the prompt's log-probabilities only: never joins the batch
-                    for i in range(n):
-                        _send(request, Finished(i, "length", 0, ()))
-                    continue
-                room = self.context - len(request.prompt)
-                limit = room if params.max_tokens is None else min(params.max_tokens, room)
-                mine = [
-                    Row(request, i, limit, len(request.prompt), StreamDecoder(self.tokenizer), StopText(params.stop))
-                    for i in range(n)
-                ]
-                request.generator = torch.Generator(device=self._device)
-                request.generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
-                group.add(params, [request.prompt] * n, generator=request.generator)
-            except Exception as err:
-                self._fail(request, err, [])
-                continue
-            rows += mine
-            keep += span
-        if not rows:
+    def _accept(self, new: NewToken[Request]) -> None:
+        """Record token ``new.id`` (and its log-probability entry) as the next of its row: emit its text, or end
+        the choice (a stop id, a stop string, its length)."""
+        row, request = new.row, new.row.request
+        text = request.texts.get(row.index)
+        if text is None:
+            text = request.texts[row.index] = ChoiceText(StreamDecoder(self.tokenizer), StopText(request.params.stop))
+        if new.logprob is not None:  # a stop id's too: OpenAI and vLLM report it, and lm-eval scores with it
+            text.pending.append(new.logprob)
+            text.logprobs.append(new.logprob)
+        if new.end == "stop":  # a stop id
+            self._finish(row, text, "stop", final=text.stops.flush(text.stream.flush()))
             return
-        index = None if len(keep) == logits.shape[0] else torch.tensor(keep, device=self._device)
-        if index is not None:  # requests that failed or ended: their rows leave the prefill
-            logits = logits.index_select(0, index)
-        first, entries = choose(group, logits, rows, generators_of(rows), self._fail)
-        try:
-            if index is not None:
-                cache.reorder(index)
-                mask = mask.index_select(0, index)
-                mask = trim_left(cache, mask)
-            if self._cache is None or self._sampler is None:
-                self._cache, self._mask, self._pending, self._sampler = cache, mask, first, group
-            else:
-                self._cache.merge(cache)
-                width = max(self._mask.shape[1], mask.shape[1])
-                self._mask = torch.cat([pad_left(self._mask, width), pad_left(mask, width)])
-                self._pending = torch.cat([self._pending, first])
-                self._sampler.extend(group)
-        except Exception as err:  # not joined: the requests not failed yet fail now (then the batch)
-            _fail_all_of(list({id(r.request): r.request for r in rows if not r.done}.values()), err)
-            raise
-        self._rows.extend(rows)
-        self._generators = generators_of(self._rows)
-        self.peak_rows = max(self.peak_rows, len(self._rows))
-        for i, (row, token) in enumerate(zip(rows, first.tolist())):
-            self._accept(row, token, None if entries is None else entries[i])
-
-    def _step(self) -> None:
-        """Feed every row's pending token, choose every row's next one (one call), emit, drop finished rows."""
-        assert self._cache is not None and self._sampler is not None
-        ones = torch.ones(len(self._rows), 1, dtype=torch.bool, device=self._device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        logits = self.model(self._pending[:, None], self._mask, cache=self._cache)[:, -1]
-        self.steps += 1
-        tokens, entries = choose(self._sampler, logits, self._rows, self._generators, self._fail)
-        self._pending = tokens
-        for i, (row, token) in enumerate(zip(self._rows, tokens.tolist())):
-            self._accept(row, token, None if entries is None else entries[i])
-        self._drop(lambda row: row.done or row.request.cancelled)
-
-    def _accept(self, row: Row, token: int, entry: TokenLogprob | None = None) -> None:
-        """Record ``token`` (and its log-probability ``entry``) as the next of ``row``: emit its text, or end the
-        row. An error here (decoding the text, stop strings) fails the row's request only."""
-        if row.done or row.request.cancelled:
-            return  # a failed request's row, or a cancelled one: leaves the batch in _drop
-        try:
-            self._advance(row, token, entry)
-        except Exception as err:
-            self._fail(row.request, err, [r for r in self._rows if r.request is row.request])
-
-    def _advance(self, row: Row, token: int, entry: TokenLogprob | None) -> None:
-        row.generated += 1
-        row.length += 1
-        if entry is not None:  # a stop id's too: OpenAI and vLLM report it, and lm-eval scores with it
-            row.pending.append(entry)
-            row.logprobs.append(entry)
-        if token in self.stop_ids or token in row.request.params.stop_ids:
-            self._finish(row, "stop", final=row.stops.flush(row.stream.flush()))
-            return
-        text, stopped = row.stops.add(row.stream.push(token))
+        piece, stopped = text.stops.add(text.stream.push(new.id))
         if stopped:
-            self._finish(row, "stop", final=text)
-        elif row.generated >= row.limit:
-            self._finish(row, "length", final=text + row.stops.flush(row.stream.flush()))
-        elif text:
-            _send(row.request, Piece(row.index, text, tuple(row.pending)))
-            row.pending.clear()
+            self._batch.end(request, row.index)
+            self._finish(row, text, "stop", final=piece)
+        elif new.end == "length":
+            self._finish(row, text, "length", final=piece + text.stops.flush(text.stream.flush()))
+        elif piece:
+            _send(request, Piece(row.index, piece, tuple(text.pending)))
+            text.pending.clear()
 
-    def _fail(self, request: Request, err: Exception, rows: Sequence[Row]) -> None:
-        """End ``request`` alone: its ``rows`` are done (they leave the batch at the next drop) and it gets
-        a :class:`Failed` event; every other request goes on."""
+    def _fail(self, request: Request, err: Exception) -> None:
+        """End ``request`` alone with a :class:`Failed` event (its rows are done); every other request goes on."""
         log.error("request failed: %s: %s", type(err).__name__, err, exc_info=err)
-        for row in rows:
-            row.done = True
         _send(request, Failed(f"the request failed in the engine: {type(err).__name__}: {err}"))
 
-    def _finish(self, row: Row, reason: str, final: str) -> None:
-        if final or row.pending:
-            _send(row.request, Piece(row.index, final, tuple(row.pending)))
-            row.pending.clear()
-        _send(row.request, Finished(row.index, reason, row.generated, tuple(row.stream.ids), tuple(row.logprobs)))
-        row.done = True
-
-    def _drop(self, gone: Callable[[Row], bool]) -> None:
-        """Remove the rows ``gone`` selects from the batch, then trim leading all-padding columns."""
-        keep = [i for i, row in enumerate(self._rows) if not gone(row)]
-        if len(keep) == len(self._rows):
-            return
-        kept = set(keep)
-        self.cancelled_rows += sum(
-            1 for i, row in enumerate(self._rows) if i not in kept and row.request.cancelled and not row.done
-        )
-        if not keep:
-            self._clear()
-            return
-        index = torch.tensor(keep, device=self._device)
-        self._rows = [self._rows[i] for i in keep]
-        self._generators = generators_of(self._rows)
-        assert self._cache is not None and self._sampler is not None
-        self._cache.reorder(index)
-        self._sampler.keep(index)
-        self._mask = trim_left(self._cache, self._mask.index_select(0, index))
-        self._pending = self._pending.index_select(0, index)
-
-    def _clear(self) -> None:
-        self._rows, self._cache, self._sampler, self._generators = [], None, None, []
-        self._mask = self._mask[:0, :0]
-        self._pending = self._pending[:0]
+    def _finish(self, row: BatchRow[Request], text: ChoiceText, reason: str, final: str) -> None:
+        if final or text.pending:
+            _send(row.request, Piece(row.index, final, tuple(text.pending)))
+            text.pending.clear()
+        _send(row.request, Finished(row.index, reason, row.generated, tuple(text.stream.ids), tuple(text.logprobs)))
 
     def _fail_all(self, message: str) -> None:
-        requests = {id(row.request): row.request for row in self._rows if not row.done}
-        self._clear()
-        for request in requests.values():
+        for request in self._batch.clear():
             _send(request, Failed(message))
-
-
-def _fail_all_of(requests: list[Request], err: Exception) -> None:
-    for request in requests:
-        _send(request, Failed(f"the engine failed: {type(err).__name__}: {err}"))
 
 
 def _send(request: Request, event: Event) -> None:

@@ -7,6 +7,9 @@
 - :mod:`~attnkit.models.generation.processors`: one :class:`Processor` per sampling option, registered in
   :data:`PROCESSORS`, and :class:`Sampler`, the one batched next-token choice (every row its own parameters,
   log-probabilities).
+- :mod:`~attnkit.models.generation.batch`: :class:`ContinuousBatch`, the continuous-batching decode loop (rows
+  of many requests joining and leaving one batch between steps; the server's engine runs it), with its prefill
+  (:mod:`~attnkit.models.generation.prefill`) and log-probabilities (:mod:`~attnkit.models.generation.logprobs`).
 - :mod:`~attnkit.models.generation.prefix_cache`: :class:`PrefixCache`, the keys and values of prompt prefixes
   that later prompts starting the same way reuse (the server's ``--prefix-cache-mb``).
 - :mod:`~attnkit.models.generation.sampling`: the filters with one value for every row, one row's choice
@@ -18,6 +21,7 @@
   batches, a sliding window past the context) and the sampling loop.
 """
 
+from attnkit.models.generation.batch import BatchRow, ContinuousBatch, NewToken, Update
 from attnkit.models.generation.causal import (
     CausalDecoding,
     LastLogits,
@@ -25,6 +29,7 @@ from attnkit.models.generation.causal import (
     check_stop_strings,
     sample,
 )
+from attnkit.models.generation.logprobs import TokenLogprob
 from attnkit.models.generation.options import (
     MAX_TOKENS,
     MIN_TEMPERATURE,
@@ -40,6 +45,7 @@ from attnkit.models.generation.options import (
     check_top_p,
 )
 from attnkit.models.generation.params import FIELDS, SamplingParams, field_doc
+from attnkit.models.generation.prefill import BatchModel, BatchRequest
 from attnkit.models.generation.prefix_cache import PrefixCache, PrefixHit
 from attnkit.models.generation.processors import PROCESSORS, Choice, History, Processor, Sampler
 from attnkit.models.generation.sampling import (
@@ -70,19 +76,26 @@ __all__ = [
     "MIN_TEMPERATURE",
     "PROCESSORS",
     "SEED_END",
+    "BatchModel",
+    "BatchRequest",
+    "BatchRow",
     "CausalDecoding",
     "Choice",
+    "ContinuousBatch",
     "Decodable",
     "Decoding",
     "History",
     "Hypotheses",
     "LastLogits",
+    "NewToken",
     "PrefixCache",
     "PrefixHit",
     "Processor",
     "Sampler",
     "SamplingError",
     "SamplingParams",
+    "TokenLogprob",
+    "Update",
     "apply_repetition_penalty",
     "beam_search",
     "check_beam_size",
