@@ -3,13 +3,17 @@
 A dpo batch of ``B`` pairs is ``(inputs [2B, T], targets [2B, T])``: the ``B`` chosen sequences, then the ``B``
 rejected ones in the same order (:func:`attnkit.data.preference.encode.collate_sequences`). A kto batch of ``B``
 records is ``(inputs, targets, labels [B] bool, kl_inputs, kl_targets)``: the records, whether each is
-desirable, and the mismatched sequences KTO's KL term is estimated on (TRL's: prompt ``i`` with the completion of
-record ``i - 1`` of the batch, the first with the last's).
+desirable, and the mismatched sequences KTO's KL term is estimated on (TRL's: the records taken in chunks of the
+batch size in the split's order, prompt ``i`` of a chunk with the completion of record ``i - 1`` of that chunk, the
+first with the last's; fixed per record, whatever batch a shuffled epoch puts it in). The data module's loaders add
+each batch's record indices in its split (``index [B]``, a long tensor) as the batch's last item: what precomputed
+reference log-probabilities are looked up by (``loss.precompute_reference``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -34,7 +38,15 @@ from attnkit.data.splits import SPLITS, read_split_sources
 from attnkit.text.chat import ChatTemplate
 from attnkit.text.tokenizers import Tokenizer
 
-__all__ = ["PreferenceDataModule", "collate_feedback", "collate_pairs", "encode_feedback", "encode_pair"]
+__all__ = [
+    "PreferenceDataModule",
+    "collate_feedback",
+    "collate_pairs",
+    "encode_feedback",
+    "encode_pair",
+    "mismatched",
+    "with_index",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -67,20 +79,35 @@ def collate_pairs(rows: Sequence[tuple[Encoded, Encoded]], pad_id: int) -> tuple
     return collate_sequences([c for c, _ in rows] + [r for _, r in rows], pad_id)
 
 
-def collate_feedback(
-    rows: Sequence[tuple[Encoded, bool]], pad_id: int, max_len: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """A kto batch (see the module docstring); the KL sequences are cut to ``max_len`` too."""
-    sequences = [s for s, _ in rows]
-    inputs, targets = collate_sequences(sequences, pad_id)
-    labels = torch.tensor([label for _, label in rows], dtype=torch.bool)
-    mismatched = []
+def mismatched(sequences: Sequence[Encoded], max_len: int) -> list[Encoded]:
+    """KTO's KL sequences of ``sequences`` (TRL's): prompt ``i`` with the completion of ``i - 1``, the first with the
+    last's, cut to ``max_len``."""
+    out = []
     for i, s in enumerate(sequences):
         other = sequences[i - 1]
         ids = (s.ids[: s.prompt_len] + other.ids[other.prompt_len :])[:max_len]
-        mismatched.append(Encoded(ids, min(s.prompt_len, len(ids) - 1)))
-    kl_inputs, kl_targets = collate_sequences(mismatched, pad_id)
+        out.append(Encoded(ids, min(s.prompt_len, len(ids) - 1)))
+    return out
+
+
+def collate_feedback(
+    rows: Sequence[tuple[Encoded, bool] | tuple[Encoded, bool, Encoded]], pad_id: int, max_len: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """A kto batch (see the module docstring). Rows ``(sequence, label, kl_sequence)`` bring their KL sequences
+    (the data module's, paired in chunks of the split); rows ``(sequence, label)`` are paired within the batch
+    (:func:`mismatched`), the KL sequences cut to ``max_len`` too."""
+    sequences = [row[0] for row in rows]
+    inputs, targets = collate_sequences(sequences, pad_id)
+    labels = torch.tensor([row[1] for row in rows], dtype=torch.bool)
+    given = [row[2] for row in rows if len(row) == 3]  # the rows of three only
+    kl_sequences = given if len(given) == len(rows) else mismatched(sequences, max_len)
+    kl_inputs, kl_targets = collate_sequences(kl_sequences, pad_id)
     return inputs, targets, labels, kl_inputs, kl_targets
+
+
+def with_index(collate: Any, items: Sequence[tuple[int, Any]]) -> tuple[Any, ...]:
+    """``collate``'s batch of the rows of ``items`` (``(index, row)``), then the indices (a long tensor)."""
+    return (*collate([row for _, row in items]), torch.tensor([i for i, _ in items], dtype=torch.long))
 
 
 class _Rows(Dataset):
@@ -91,7 +118,7 @@ class _Rows(Dataset):
         return len(self.rows)
 
     def __getitem__(self, index: int) -> Any:
-        return self.rows[index]
+        return index, self.rows[index]
 
 
 class PreferenceDataModule(SplitDataModule):
@@ -166,6 +193,11 @@ class PreferenceDataModule(SplitDataModule):
                     dropped += 1
                 else:
                     rows.append(row)
+            if self.kind == "feedback":  # the KL pairs, fixed per record: chunks of the batch size (TRL's)
+                for start in range(0, len(rows), self.batch_size):
+                    chunk = rows[start : start + self.batch_size]
+                    kl = mismatched([s for s, _ in chunk], self.max_len)
+                    rows[start : start + self.batch_size] = [(s, label, k) for (s, label), k in zip(chunk, kl)]
             self.counts[split] = {"records": len(self.records[split]), "cut": cut, "dropped": dropped}
             if cut or dropped:
                 logger.warning(
@@ -175,6 +207,20 @@ class PreferenceDataModule(SplitDataModule):
             if not rows and split == "train":
                 raise ValueError(f"data.source={self.cfg.source}: no training record is left to learn from")
             self.datasets[split] = _Rows(rows)
+
+    def rows(self, split: str) -> list[Any]:
+        """The encoded rows of ``split`` (after :meth:`setup`), in its order: a row's place is its index in the
+        batches' last item."""
+        return self.datasets[split].rows
+
+    def fingerprint(self, split: str) -> str:
+        """A digest of ``split``'s encoded rows (their token ids, prompt lengths, labels, KL sequences): the same
+        for the same data, tokenizer, template, ``data.max_len`` and batch size (kto's KL pairs)."""
+        digest = hashlib.sha256(self.kind.encode())
+        for row in self.rows(split):
+            for item in row:
+                digest.update(repr((item.ids, item.prompt_len) if isinstance(item, Encoded) else item).encode())
+        return digest.hexdigest()
 
     def prompts(self, split: str = "val", n: int = 3) -> list[tuple[Any, Any]]:
         """Up to ``n`` records of ``split``: the prompt and the chosen (dpo) or a desirable (kto) completion."""
@@ -188,11 +234,19 @@ class PreferenceDataModule(SplitDataModule):
                 break
         return out
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        if split not in self.datasets:
-            raise RuntimeError(f"PreferenceDataModule: call setup() before {split}_dataloader()")
+    def _collate(self) -> Any:
         if self.kind == "pairs":
             collate: Any = functools.partial(collate_pairs, pad_id=self.pad_id)
         else:
             collate = functools.partial(collate_feedback, pad_id=self.pad_id, max_len=self.max_len)
-        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, collate, split)
+        return functools.partial(with_index, collate)
+
+    def batch(self, split: str, indices: Sequence[int]) -> tuple[Any, ...]:
+        """The batch of ``split``'s rows ``indices`` as the loaders make it (the indices its last item)."""
+        dataset = self.datasets[split]
+        return self._collate()([dataset[i] for i in indices])
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise RuntimeError(f"PreferenceDataModule: call setup() before {split}_dataloader()")
+        return self._seeded_loader(self.datasets[split], shuffle, self.cfg.seed, self._collate(), split)

@@ -32,7 +32,17 @@ if TYPE_CHECKING:
 __all__ = ["DPOConfig", "DPOLossConfig", "DPOTask", "KTOConfig", "KTOLossConfig", "KTOTask", "load_tuning_base"]
 
 
-class DPOLossConfig(StrictModel):
+class ReferenceConfig(StrictModel):
+    """How the reference model's log-probabilities are had (dpo and kto)."""
+
+    precompute_reference: bool = Field(
+        False,
+        description="compute the reference log-probs of every train/val/test record once before training (stored in "
+        "the checkpoints) and keep no reference copy (TRL's precompute_ref_log_probs)",
+    )
+
+
+class DPOLossConfig(ReferenceConfig):
     """The DPO loss (TRL's ``DPOConfig`` names)."""
 
     loss_type: Literal["sigmoid", "ipo", "robust"] = Field(
@@ -44,7 +54,7 @@ class DPOLossConfig(StrictModel):
     )
 
 
-class KTOLossConfig(StrictModel):
+class KTOLossConfig(ReferenceConfig):
     """The KTO loss (TRL's ``KTOConfig`` names)."""
 
     beta: float = Field(0.1, gt=0.0, description="how far from the reference the policy may move")
