@@ -1,6 +1,6 @@
 """The families added through the checkpoint-family registry (Qwen3: per-head q/k norms; Phi-3: fused
-``qkv_proj`` / ``gate_up_proj``) compute what transformers' models compute, generate the same tokens,
-and export to folders transformers loads."""
+``qkv_proj`` / ``gate_up_proj``; Gemma 3: its norms, scales, GeGLU and interleaved windows) compute what
+transformers' models compute, generate the same tokens, and export to folders transformers loads."""
 
 from __future__ import annotations
 
@@ -24,6 +24,23 @@ NEW_FAMILIES: dict[str, tuple[str, dict[str, object]]] = {
     "qwen3": ("qwen2", {"head_dim": 16, "tie_word_embeddings": True}),
     # fused projections, a window of 8 on every layer (the 40-token inputs cross it), untied head
     "phi3": ("llama", {"sliding_window": 8}),
+    # Gemma 3: layer 0 slides (a window of 8, rotary base 100), layer 1 is global (base 50000, linear scaling);
+    # a query scalar that is not head_dim, a head_dim of its own; untied (a tied random one repeats one token:
+    # tied in test_family_gemma3.py)
+    "gemma3_text": (
+        "llama",
+        {
+            "tie_word_embeddings": False,
+            "head_dim": 16,
+            "sliding_window": 8,
+            "sliding_window_pattern": 2,
+            "query_pre_attn_scalar": 24,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 50000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            },
+        },
+    ),
 }
 
 
@@ -103,8 +120,9 @@ def test_export_round_trip(family_dir: Path, tmp_path: Path, as_family: bool):
     pretrained = load_pretrained(family_dir)
     source_type = pretrained.info["model_type"]
     written = export_hf(pretrained.model, tmp_path, pretrained.tokenizer, model_type=source_type if as_family else None)
-    # Qwen3's q/k norms make it its own family; a Phi-3 config is a Llama-family one (with a window: mistral).
-    assert written == (source_type if as_family or source_type == "qwen3" else "mistral")
+    # Qwen3's q/k norms and Gemma 3's norms make each its own family; a Phi-3 config is a Llama-family one (with
+    # a window: mistral).
+    assert written == (source_type if as_family or source_type in ("qwen3", "gemma3_text") else "mistral")
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == written
     torch.manual_seed(3)
     ids = torch.randint(0, pretrained.model.config.vocab_size, (2, 40))
@@ -134,7 +152,9 @@ def test_registry_lists_the_families_and_refuses_what_they_cannot(tmp_path: Path
         load_pretrained(folder)
     (folder / "config.json").write_text(json.dumps(config))
     model = load_pretrained(folder).model
-    with pytest.raises(ConfigError, match=r"cannot write model_type 'bert': the families that export are gpt2, "):
+    with pytest.raises(
+        ConfigError, match=r"cannot write model_type 'bert': the families that export are gemma3_text, gpt2, "
+    ):
         export_hf(model, tmp_path / "out", model_type="bert")
     with pytest.raises(ConfigError, match=r"as a Qwen3 Hugging Face checkpoint: .*qk_norm=False \(this family has"):
         export_hf(model, tmp_path / "out", model_type="qwen3")

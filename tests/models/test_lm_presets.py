@@ -68,7 +68,7 @@ def test_a_field_given_its_own_default_keeps_it_over_the_preset() -> None:
         (dict(rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling needs positional='rotary'"),
         (dict(positional="rotary", rope_scaling={"type": "yarn", "factor": 2.0}), "'linear', 'dynamic' or 'llama3'"),
         (dict(sliding_window=0), "greater than 0"),
-        (dict(norm="batchnorm"), "'layernorm' or 'rmsnorm'"),
+        (dict(norm="batchnorm"), "'layernorm', 'rmsnorm' or 'rmsnorm_offset'"),
     ],
 )
 def test_decoder_config_errors(kw: dict, match: str) -> None:

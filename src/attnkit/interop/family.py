@@ -137,8 +137,12 @@ def family_of(hf: dict[str, Any], path: str) -> Family:
         return FAMILIES.get(model_type)
     archs = hf.get("architectures")
     archs = ", ".join(map(str, archs)) if isinstance(archs, list) and archs else "no architectures listed"
-    supported = "; ".join(f"{f.model_type}: {f.description}" for f in FAMILIES.values())
+    supported = "; ".join(f"{f.model_type}: {f.description}" for f in sorted(FAMILIES.values(), key=_type))
     raise ConfigError(f"{path}: model_type {model_type!r} ({archs}) is not supported. Supported: {supported}")
+
+
+def _type(family: Family) -> str:
+    return family.model_type
 
 
 def encoder_titles() -> str:
@@ -161,7 +165,7 @@ def export_family(config: LanguageModelConfig, model_type: str | None = None) ->
         if not chosen:
             raise ConfigError(
                 f"cannot write model_type {model_type!r}: the families that export are "
-                f"{', '.join(f.model_type for f in writers)}"
+                f"{', '.join(sorted(f.model_type for f in writers))}"
             )
         candidates = chosen
     else:

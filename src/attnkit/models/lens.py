@@ -103,6 +103,8 @@ def logit_attribution(
     lm = _check(model)
     if not all(block.norm_first for block in _blocks(lm)):
         raise ValueError("logit attribution needs a pre-norm model (norm_first): post-norm blocks renormalise the sum")
+    if any(block.attn_out_norm is not None for block in _blocks(lm)):
+        raise ValueError("logit attribution needs sublayer outputs added as they are: sandwich_norm (Gemma) norms them")
     n = len(lm.decoder.layers)
     names = ["hook_embed", "hook_pos_embed", f"blocks.{n - 1}.hook_resid_post"]
     names += [f"blocks.{i}.attn.hook_z" for i in range(n)] + [f"blocks.{i}.hook_mlp_out" for i in range(n)]

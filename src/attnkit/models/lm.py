@@ -8,6 +8,7 @@ final LayerNorm) -> ``lm_head`` -> next-token logits ``[B, T, V]``. ``logits[:, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -45,16 +46,21 @@ from attnkit.nn.hooks import HookPoint, embed_positions
 __all__ = ["PRESETS", "LanguageModel", "LanguageModelArchitecture", "LanguageModelConfig", "RopeScaling"]
 
 
+@functools.cache
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` as ``dtype`` holds it (transformers multiplies Gemma's embeddings by a scale in their dtype)."""
+    return float(torch.tensor(value, dtype=dtype).item())
+
+
 @register_model("lm", LanguageModelConfig)
 class LanguageModel(nn.Module):
     """GPT-style language model; attribute names follow nanoGPT/GPT-2 roles:
 
-    ``token_embedding`` (``nn.Embedding``), ``positional`` (learned or sinusoidal positions added
-    to the embeddings; ``None`` for rotary and ALiBi, which act inside attention), ``dropout`` (on the
-    embedding sum), ``decoder`` (:class:`TransformerDecoder`, ``cross_attention=False``; pre-norm
-    stacks end with a final norm, LayerNorm or RMSNorm as ``config.norm``), ``lm_head``
-    (``nn.Linear(d_model, vocab_size, bias=False)``, its weight *is* ``token_embedding.weight`` when
-    ``tie_weights``).
+    ``token_embedding`` (``nn.Embedding``; its output times ``sqrt(d_model)`` with ``embed_scale``),
+    ``positional`` (learned or sinusoidal positions added to the embeddings; ``None`` for rotary and ALiBi,
+    which act inside attention), ``dropout`` (on the embedding sum), ``decoder`` (:class:`TransformerDecoder`,
+    ``cross_attention=False``; pre-norm stacks end with a final norm of the kind ``config.norm``), ``lm_head``
+    (``nn.Linear(d_model, vocab_size, bias=False)``, its weight *is* ``token_embedding.weight`` when ``tie_weights``).
 
     Checkpoint layout for importers (``decoder.layers.{i}.``): ``self_attn.in_proj`` (``q``, ``k``, ``v``
     projection rows concatenated: ``[(H + 2 Hkv) * head_dim, d_model]``), ``self_attn.out_proj``,
@@ -123,7 +129,10 @@ class LanguageModel(nn.Module):
             if cache is not None or key_padding_mask is not None or document_ids.shape != ids.shape:
                 raise ValueError(f"document_ids must be [B, T]={list(ids.shape)}, without cache or key_padding_mask")
             mask, positions = document_mask(document_ids), document_positions(document_ids)
-        h = self.hook_embed(self.token_embedding(ids))
+        h = self.token_embedding(ids)
+        if self.config.embed_scale:  # sqrt(d_model) rounded to the embedding's dtype first, as Gemma
+            h = h * _rounded(self.config.d_model**0.5, h.dtype)
+        h = self.hook_embed(h)
         if (pos := self.positional) is not None:
             h = embed_positions(h, lambda t: pos.add(t, offset, positions), self.hook_pos_embed)
         h = self.dropout(h)

@@ -106,6 +106,15 @@ class LanguageModelArchitecture(EncoderConfig):
     bias: bool = Field(True, description="biases in the linear layers and LayerNorms")
     qkv_bias: bool | None = Field(None, description="biases in the q/k/v projections (None = follow bias)")
     qk_norm: bool = Field(False, description="a norm over each query and key head before rotary positions")
+    attn_scale: float | None = Field(
+        None, gt=0.0, description="the attention scores' scale (None = head_dim ** -0.5; Gemma 3: its 256 ** -0.5)"
+    )
+    sandwich_norm: bool = Field(
+        False, description="pre-norm blocks also norm each sublayer's output before its residual add (Gemma 2/3)"
+    )
+    embed_scale: bool = Field(
+        False, description="token embeddings times sqrt(d_model), rounded to their dtype (Gemma; the head is not)"
+    )
     layer_norm_eps: float = Field(1e-5, gt=0.0)
     num_kv_heads: int | None = Field(
         None, gt=0, description="key/value heads (grouped-query attention): None = num_heads, 1 = multi-query"
@@ -114,6 +123,18 @@ class LanguageModelArchitecture(EncoderConfig):
     rope_scaling: RopeScaling | None = None
     sliding_window: int | None = Field(
         None, gt=0, description="each token attends to at most the last sliding_window tokens (itself included)"
+    )
+    sliding_window_pattern: int | None = Field(
+        None,
+        ge=2,
+        description="with sliding_window: every sliding_window_pattern-th layer is global (attends to every token), "
+        "the others slide (Gemma 3: 6); None = every layer slides",
+    )
+    rope_local_theta: float | None = Field(
+        None,
+        gt=0.0,
+        description="with sliding_window_pattern: the sliding layers' own rotary base, unscaled (rope_theta and "
+        "rope_scaling are then the global layers'); None = one rotary base",
     )
     mlp: bool = Field(
         True,
@@ -152,6 +173,18 @@ class LanguageModelArchitecture(EncoderConfig):
             raise ValueError(
                 f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}); choose one of {options}"
             )
+        if self.sliding_window_pattern is not None and self.sliding_window is None:
+            raise ValueError(
+                f"sliding_window_pattern={self.sliding_window_pattern} interleaves sliding and global layers: set "
+                "sliding_window too (the sliding layers' window), or leave sliding_window_pattern out"
+            )
+        if self.rope_local_theta is not None and (self.sliding_window_pattern is None or self.positional != "rotary"):
+            raise ValueError(
+                "rope_local_theta is the sliding layers' rotary base: it needs positional='rotary' and a "
+                "sliding_window_pattern (sliding and global layers interleaved); leave it out otherwise"
+            )
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError("sandwich_norm=true norms a pre-norm block's sublayer outputs: it needs norm_first=true")
         if not self.mlp:
             default = type(self).model_fields["dim_feedforward"].default
             if self.dim_feedforward != default:
@@ -172,11 +205,15 @@ class LanguageModelArchitecture(EncoderConfig):
             num_kv_heads=self.num_kv_heads,
             qkv_bias=self.qkv_bias,
             qk_norm=self.qk_norm,
+            attn_scale=self.attn_scale,
+            sandwich_norm=self.sandwich_norm,
             positional=self.positional,
             max_len=self.max_len,
             rope_theta=self.rope_theta,
             rope_scaling=None if self.rope_scaling is None else self.rope_scaling.as_mapping(self.max_len),
             sliding_window=self.sliding_window,
+            sliding_window_pattern=self.sliding_window_pattern,
+            rope_local_theta=self.rope_local_theta,
             mlp=self.mlp,
         )
         return super().stack_spec(**{**own, **fields})

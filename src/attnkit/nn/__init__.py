@@ -26,7 +26,7 @@ from attnkit.nn.masks import (
     positions_from_padding_mask,
     prepare_attention,
 )
-from attnkit.nn.normalization import NORMS, RMSNorm, make_norm
+from attnkit.nn.normalization import NORMS, OffsetRMSNorm, RMSNorm, make_norm
 from attnkit.nn.positional import (
     LearnedPositionalEncoding,
     PositionalEncoding,
@@ -59,6 +59,7 @@ __all__ = [
     "LayerCache",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
+    "OffsetRMSNorm",
     "PositionalEncoding",
     "PreparedAttention",
     "RMSNorm",

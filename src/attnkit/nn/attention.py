@@ -143,11 +143,10 @@ def attend(
 class KVCache:
     """Keys and values of one attention layer, kept across decoding steps.
 
-    Tensors are ``[B, H, T, head_dim]``. A *self-attention* cache grows by the new positions at
-    every call (stored in a buffer that doubles when full, so decoding costs no repeated copies;
-    when gradients flow through the keys/values it concatenates instead, so backward works);
-    a *static* cache (``static=True``, for cross-attention) is filled once from the encoder
-    memory and then reused as it is.
+    Tensors are ``[B, H, T, head_dim]``. A *self-attention* cache grows by the new positions at every call
+    (stored in a buffer that doubles when full, so decoding costs no repeated copies; when gradients flow
+    through the keys/values it concatenates instead, so backward works); a *static* cache (``static=True``,
+    for cross-attention) is filled once from the encoder memory and then reused as it is.
     """
 
     def __init__(self, static: bool = False) -> None:
@@ -228,8 +227,7 @@ class KVCache:
         self.length = length
 
     def drop_left(self, n: int) -> None:
-        """Drop the first ``n`` cached positions of every row (leading columns that are padding in all
-        rows, once the longer rows have left the batch)."""
+        """Drop the first ``n`` cached positions of every row (leading all-padding columns, once longer rows left)."""
         if not 0 <= n <= self.length:
             raise ValueError(f"drop_left({n}): the cache holds {self.length} positions")
         if n and self._k is not None and self._v is not None:
@@ -266,6 +264,7 @@ class MultiHeadAttention(nn.Module):
         rotary: a :class:`RotaryEmbedding` applied to queries and keys in self-attention.
         q_norm, k_norm: norms over ``head_dim`` applied to each head of the queries / keys (newly
             computed ones) before the rotary embedding (a per-head RMSNorm: QK-norm); ``None``: none.
+        scale: the scores' scale (``None`` = ``head_dim ** -0.5``; Gemma: ``query_pre_attn_scalar ** -0.5``).
 
     Parameters: ``in_proj`` (``embed_dim`` -> ``(H + 2 Hkv) * head_dim``: the rows of ``Wq``, then ``Wk``,
     then ``Wv``, heads contiguous inside each) when ``kdim == vdim == embed_dim``, else ``q_proj``,
@@ -287,6 +286,7 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -308,6 +308,8 @@ class MultiHeadAttention(nn.Module):
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if scale is not None and not scale > 0:
+            raise ValueError(f"scale must be positive (or None: head_dim ** -0.5), got {scale}")
         if rotary is not None and rotary.dim != head_dim:
             raise ValueError(f"rotary embedding has dim {rotary.dim}; it must equal head_dim ({head_dim})")
         self.embed_dim = embed_dim
@@ -320,6 +322,7 @@ class MultiHeadAttention(nn.Module):
         self.rotary = rotary
         self.q_norm = q_norm
         self.k_norm = k_norm
+        self.scale = scale
         self.hook_q, self.hook_k, self.hook_v, self.hook_z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
         self.hook_rot_q, self.hook_rot_k, self.hook_attn_scores, self.hook_pattern = (HookPoint() for _ in range(4))
         inner = num_heads * head_dim
@@ -371,16 +374,14 @@ class MultiHeadAttention(nn.Module):
             x: queries' input ``[B, Tq, embed_dim]``.
             memory: keys'/values' input ``[B, Tk, kdim]``; ``None`` for self-attention.
             attn_mask: True = may attend; ``[Tq, Tk]``, ``[B, Tq, Tk]`` or ``[B, H, Tq, Tk]``.
-            key_padding_mask: True = real key, False = padding; ``[B, Tk]`` (with a cache, ``Tk``
-                counts the cached positions too).
+            key_padding_mask: True = real key, False = padding; ``[B, Tk]`` (``Tk`` counts cached positions too).
             is_causal: causal self-attention (bottom-right aligned when a cache holds the past).
             need_weights: return the attention weights ``[B, H, Tq, Tk]``.
             cache: a :class:`KVCache`; self-attention appends the new keys/values to it, a static
                 cache (cross-attention) is filled on the first call and reused afterwards.
-            prepared: masks already validated and merged by the stack
-                (:func:`attnkit.nn.masks.prepare_attention`), instead of ``attn_mask``,
-                ``key_padding_mask`` and ``is_causal``; its ``rope`` (if any) replaces the rotary
-                embedding's own positions.
+            prepared: masks already validated and merged by the stack (:func:`attnkit.nn.masks.prepare_attention`),
+                instead of ``attn_mask``, ``key_padding_mask`` and ``is_causal``; its ``rope`` (if any) replaces
+                the rotary embedding's own positions.
 
         Returns:
             ``(out [B, Tq, embed_dim], weights [B, H, Tq, Tk] or None)``.
@@ -471,7 +472,7 @@ class MultiHeadAttention(nn.Module):
                 device=q.device,
             )
         p, hooks = (self.dropout if self.training else 0.0), (self.hook_attn_scores, self.hook_pattern)
-        out, weights = attend(q, k, v, prepared, dropout_p=p, need_weights=need_weights, hooks=hooks)
+        out, weights = attend(q, k, v, prepared, dropout_p=p, need_weights=need_weights, scale=self.scale, hooks=hooks)
         out = self.hook_z(out.transpose(1, 2)).reshape(batch, q_len, self._sizes[0])
         return self.out_proj(out), weights
 
@@ -482,8 +483,7 @@ class MultiHeadAttention(nn.Module):
     def _split_qkv(self, projected: Tensor, batch: int, length: int) -> tuple[Tensor, Tensor, Tensor]:
         """The fused projection ``[B, T, (H + 2 Hkv) * hd]`` -> q ``[B, H, T, hd]``, k and v ``[B, Hkv, T, hd]``."""
         if self.num_kv_heads == self.num_heads:  # one view and permute for all three
-            qkv = projected.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)
+            q, k, v = projected.view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             return q, k, v
         q, k, v = projected.split(self._sizes, dim=-1)
         return (

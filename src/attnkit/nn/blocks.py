@@ -1,8 +1,9 @@
 """Encoder and decoder blocks, built from a :class:`attnkit.nn.BlockSpec`; the decoder's key/value caches.
 
 Post-norm (the paper, the default): ``x = LN(x + Dropout(Sublayer(x)))``.
-Pre-norm (``norm_first=True``): ``x = x + Dropout(Sublayer(LN(x)))``. ``LN`` is the spec's norm
-(:data:`attnkit.nn.NORMS`). Shapes are ``[B, T, D]``; boolean masks mean **True = may attend**.
+Pre-norm (``norm_first=True``): ``x = x + Dropout(Sublayer(LN(x)))``; with ``sandwich_norm`` (Gemma 2/3)
+``x = x + Dropout(LN'(Sublayer(LN(x))))``. ``LN`` is the spec's norm (:data:`attnkit.nn.NORMS`). Shapes
+are ``[B, T, D]``; boolean masks mean **True = may attend**.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def _attention(spec: BlockSpec, rotary: RotaryEmbedding | None) -> MultiHeadAtte
         rotary=rotary,
         q_norm=_head_norm(spec) if spec.qk_norm else None,
         k_norm=_head_norm(spec) if spec.qk_norm else None,
+        scale=spec.attn_scale,
     )
 
 
@@ -55,6 +57,15 @@ def _norm(spec: BlockSpec) -> nn.Module:
     return make_norm(spec.norm, spec.d_model, eps=spec.layer_norm_eps, bias=spec.bias)
 
 
+def _out_norms(spec: BlockSpec) -> tuple[nn.Module | None, nn.Module | None]:
+    """The norms of the attention's and of the feed-forward's outputs (``sandwich_norm``), or ``None`` s."""
+    if not spec.sandwich_norm:
+        return None, None
+    if not spec.norm_first:
+        raise ValueError("sandwich_norm=True needs norm_first=True (it norms a pre-norm block's sublayer outputs)")
+    return _norm(spec), _norm(spec) if spec.mlp else None
+
+
 class EncoderBlock(nn.Module):
     """Self-attention and feed-forward, each wrapped in residual + dropout + LayerNorm.
 
@@ -71,6 +82,7 @@ class EncoderBlock(nn.Module):
         self.ff = _feedforward(spec)
         self.norm1 = _norm(spec)
         self.norm2 = _norm(spec)
+        self.attn_out_norm, self.mlp_out_norm = _out_norms(spec)
         self.dropout1 = Dropout(spec.dropout)
         self.dropout2 = Dropout(spec.dropout)
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
@@ -98,8 +110,11 @@ class EncoderBlock(nn.Module):
         x = self.hook_resid_pre(x)
         if self.norm_first:
             a, weights = self.self_attn(self.norm1(x), need_weights=need_weights, **masks)
+            a = a if self.attn_out_norm is None else self.attn_out_norm(a)
             x = self.hook_resid_mid(x + self.dropout1(self.hook_attn_out(a)))
-            x = x + self.dropout2(self.hook_mlp_out(self.ff(self.norm2(x))))
+            m = self.ff(self.norm2(x))
+            m = m if self.mlp_out_norm is None else self.mlp_out_norm(m)
+            x = x + self.dropout2(self.hook_mlp_out(m))
         else:
             a, weights = self.self_attn(x, need_weights=need_weights, **masks)
             x = self.hook_resid_mid(self.norm1(x + self.dropout1(self.hook_attn_out(a))))
@@ -171,6 +186,9 @@ class DecoderBlock(nn.Module):
         self.norm1 = _norm(spec)
         self.norm2 = _norm(spec) if spec.cross_attention else None
         self.norm3 = _norm(spec) if spec.mlp else None
+        if spec.sandwich_norm and spec.cross_attention:
+            raise ValueError("sandwich_norm=True is for blocks without cross-attention (cross_attention=False)")
+        self.attn_out_norm, self.mlp_out_norm = _out_norms(spec)
         self.dropout1 = Dropout(spec.dropout)
         self.dropout2 = Dropout(spec.dropout)
         self.dropout3 = Dropout(spec.dropout)
@@ -223,13 +241,16 @@ class DecoderBlock(nn.Module):
         x = self.hook_resid_pre(x)
         if self.norm_first:
             a, self_weights = self.self_attn(self.norm1(x), **self_kw)
+            a = a if self.attn_out_norm is None else self.attn_out_norm(a)
             x = self.hook_resid_mid(x + self.dropout1(self.hook_attn_out(a)))
             if self.cross_attn is not None:
                 assert self.norm2 is not None
                 a, cross_weights = self.cross_attn(self.norm2(x), memory, **cross_kw)
                 x = self.hook_resid_mid_cross(x + self.dropout2(self.hook_cross_attn_out(a)))
             if self.ff is not None and self.norm3 is not None:
-                x = x + self.dropout3(self.hook_mlp_out(self.ff(self.norm3(x))))
+                m = self.ff(self.norm3(x))
+                m = m if self.mlp_out_norm is None else self.mlp_out_norm(m)
+                x = x + self.dropout3(self.hook_mlp_out(m))
             elif self.hook_mlp_out.fns:  # attention-only: an MLP output of zeros, for the hooks
                 x = x + self.hook_mlp_out(torch.zeros_like(x))
         else:

@@ -47,18 +47,20 @@ def _gelu_tanh(h: Tensor) -> Tensor:
 
 
 ACTIVATIONS: Registry[ActivationKind] = Registry("activation")
-"""The activations by name: ``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``."""
+"""The activations by name: ``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``, ``"geglu_tanh"``."""
 ACTIVATIONS.add("relu", ActivationKind(_relu))
 ACTIVATIONS.add("gelu", ActivationKind(_gelu))
 ACTIVATIONS.add("gelu_tanh", ActivationKind(_gelu_tanh))
 ACTIVATIONS.add("swiglu", ActivationKind(_silu, gated=True))
+ACTIVATIONS.add("geglu_tanh", ActivationKind(_gelu_tanh, gated=True))
 
 
 class FeedForward(nn.Module):
     """``W2 · dropout(act(W1 x))`` applied to every position of ``x [B, T, D]``.
 
     ``activation`` is ``"relu"`` (the paper), ``"gelu"``, ``"gelu_tanh"`` (GPT-2's
-    approximation) or ``"swiglu"`` (``W2 · (silu(W1 x) * W3 x)``, as in LLaMA).
+    approximation), ``"swiglu"`` (``W2 · (silu(W1 x) * W3 x)``, as in LLaMA) or ``"geglu_tanh"`` (the same
+    with GPT-2's tanh GELU for the gate, as Gemma).
     """
 
     def __init__(

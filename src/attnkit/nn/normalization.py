@@ -1,4 +1,5 @@
-"""Normalisation layers: LayerNorm (torch's) and RMSNorm (LLaMA's), registered by name in :data:`NORMS`.
+"""Normalisation layers: LayerNorm (torch's), RMSNorm (LLaMA's) and OffsetRMSNorm (Gemma's), registered by
+name in :data:`NORMS`.
 
 A new norm is one ``@NORMS.register("name")`` function ``(dim, *, eps, bias) -> nn.Module``.
 """
@@ -12,7 +13,7 @@ from torch import Tensor, nn
 
 from attnkit.registry import Registry
 
-__all__ = ["NORMS", "Norm", "NormFactory", "RMSNorm", "make_norm"]
+__all__ = ["NORMS", "Norm", "NormFactory", "OffsetRMSNorm", "RMSNorm", "make_norm"]
 
 Norm = str
 """A norm's registered name (one of :data:`NORMS`)."""
@@ -23,7 +24,7 @@ class NormFactory(Protocol):
 
 
 NORMS: Registry[NormFactory] = Registry("norm")
-"""The norms by name: ``"layernorm"``, ``"rmsnorm"``."""
+"""The norms by name: ``"layernorm"``, ``"rmsnorm"``, ``"rmsnorm_offset"``."""
 
 
 class RMSNorm(nn.Module):
@@ -53,6 +54,31 @@ class RMSNorm(nn.Module):
         return f"{self.dim}, eps={self.eps}"
 
 
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm scaled by ``1 + weight``, all in float32 and cast back once, as Gemma's ``GemmaRMSNorm``:
+    ``(x / sqrt(mean(x^2) + eps)) * (1 + weight)``. Parameter: ``weight [dim]`` (initialised to zeros:
+    the identity scale). Not an :class:`RMSNorm` (code that reads an RMSNorm's ``weight`` as its scale
+    must not take this one for it)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        if dim <= 0 or not eps > 0:
+            raise ValueError(f"OffsetRMSNorm needs dim > 0 and eps > 0, got dim={dim}, eps={eps}")
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x has {x.shape[-1]} features (shape {tuple(x.shape)}), expected {self.dim}")
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
 @NORMS.register("layernorm")
 def _layernorm(dim: int, *, eps: float, bias: bool) -> nn.Module:
     return nn.LayerNorm(dim, eps=eps, bias=bias)
@@ -63,7 +89,12 @@ def _rmsnorm(dim: int, *, eps: float, bias: bool) -> nn.Module:
     return RMSNorm(dim, eps=eps)  # (never a bias)
 
 
+@NORMS.register("rmsnorm_offset")
+def _rmsnorm_offset(dim: int, *, eps: float, bias: bool) -> nn.Module:
+    return OffsetRMSNorm(dim, eps=eps)  # (never a bias)
+
+
 def make_norm(kind: Norm, dim: int, *, eps: float = 1e-5, bias: bool = True) -> nn.Module:
     """The norm registered as ``kind``: ``nn.LayerNorm(dim, eps, bias=bias)`` for ``"layernorm"``,
-    :class:`RMSNorm` (never a bias) for ``"rmsnorm"``."""
+    :class:`RMSNorm` (never a bias) for ``"rmsnorm"``, :class:`OffsetRMSNorm` for ``"rmsnorm_offset"``."""
     return NORMS.get(kind)(dim, eps=eps, bias=bias)

@@ -25,16 +25,22 @@ class BlockSpec:
         num_heads: attention heads (must divide ``d_model`` unless ``head_dim`` is given).
         dim_feedforward: hidden width of the feed-forward network.
         dropout: dropout on attention weights, inside the feed-forward, and on each residual branch.
-        activation: ``"relu"`` (paper), ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"`` (:data:`ACTIVATIONS`).
+        activation: ``"relu"`` (paper), ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``, ``"geglu_tanh"``
+            (:data:`ACTIVATIONS`).
         norm_first: pre-norm instead of the paper's post-norm.
         head_dim: per-head width (default ``d_model // num_heads``).
         bias: biases in the linear layers and LayerNorms.
         layer_norm_eps: the norms' epsilon.
-        norm: ``"layernorm"`` or ``"rmsnorm"`` (:data:`NORMS`).
+        norm: ``"layernorm"``, ``"rmsnorm"`` or ``"rmsnorm_offset"`` (:data:`NORMS`).
         num_kv_heads: key/value heads of the self-attention (grouped-query; ``None`` = ``num_heads``).
         qkv_bias: biases of the query/key/value projections (``None`` = follow ``bias``).
         qk_norm: a norm of the block's kind over each head of the queries and of the keys, before
             rotary positions (QK-norm: ``q_norm`` / ``k_norm`` in the attention).
+        attn_scale: the attention scores' scale (``None`` = ``head_dim ** -0.5``; Gemma's
+            ``query_pre_attn_scalar ** -0.5``).
+        sandwich_norm: pre-norm blocks only: a norm of each sublayer's output too, before its residual
+            add (Gemma 2/3's ``post_attention_layernorm`` / ``post_feedforward_layernorm``:
+            ``attn_out_norm`` / ``mlp_out_norm`` in the block).
         cross_attention: decoder blocks only: a cross-attention to the encoder memory (``False``: a
             GPT-style block for decoder-only language models).
         mlp: decoder blocks only: the feed-forward sublayer (``False``: an attention-only block, attention and
@@ -55,6 +61,8 @@ class BlockSpec:
     num_kv_heads: int | None = None
     qkv_bias: bool | None = None
     qk_norm: bool = False
+    attn_scale: float | None = None
+    sandwich_norm: bool = False
     cross_attention: bool = True
     mlp: bool = True
 
@@ -82,6 +90,12 @@ class StackSpec(BlockSpec):
             "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}``, see
             :func:`attnkit.nn.positional.rope_inv_freq` (rotary positions only).
         sliding_window: each query attends to at most the last ``sliding_window`` keys, itself included.
+        sliding_window_pattern: with ``sliding_window``, every ``sliding_window_pattern``-th layer (layers
+            ``p - 1``, ``2p - 1``, ...) is global, attending to every key; the others slide (Gemma 3: 6).
+            ``None``: every layer slides.
+        rope_local_theta: with ``sliding_window_pattern``, the sliding layers' own rotary base, unscaled
+            (Gemma 3's ``rope_local_base_freq``); ``rope_theta`` and ``rope_scaling`` are then the global
+            layers'. ``None``: every layer has the same rotary positions.
     """
 
     num_layers: int
@@ -91,3 +105,5 @@ class StackSpec(BlockSpec):
     rope_theta: float = 10000.0
     rope_scaling: Mapping[str, Any] | None = field(default=None, hash=False)
     sliding_window: int | None = None
+    sliding_window_pattern: int | None = None
+    rope_local_theta: float | None = None

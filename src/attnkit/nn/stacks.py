@@ -3,6 +3,8 @@
 Masks are validated and merged once per stack (:func:`attnkit.nn.masks.prepare_attention`: padding,
 causal, sliding window and the positional encoding's attention bias, e.g. ALiBi, in one mask) and
 every layer receives the prepared result; the rotary cosines/sines are computed once per stack too.
+With ``sliding_window_pattern`` (Gemma 3) there are two of each: the sliding layers' (the window, and their
+own rotary base ``rope_local_theta`` where set) and the global layers' (no window).
 Pre-norm stacks end with a final norm. Boolean masks mean **True = may attend**.
 
 Activation checkpointing: with ``stack.activation_checkpointing = True`` each block's activations are
@@ -14,6 +16,7 @@ plain stack; memory is traded for a second forward of every block.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,7 +27,7 @@ from attnkit.nn.blocks import DecoderBlock, DecoderCache, EncoderBlock
 from attnkit.nn.hooks import HookPoint, pin_hook_points
 from attnkit.nn.masks import PreparedAttention, prepare_attention
 from attnkit.nn.normalization import make_norm
-from attnkit.nn.positional import RotaryEmbedding
+from attnkit.nn.positional import PositionalEncoding, RotaryEmbedding
 from attnkit.nn.positions import attention_positions
 from attnkit.nn.specs import StackSpec
 
@@ -44,12 +47,24 @@ class _Stack(nn.Module):
             raise ValueError(f"sliding_window must be None or >= 1, got {spec.sliding_window}")
         if spec.rope_scaling is not None and spec.positional != "rotary":
             raise ValueError(f"rope_scaling needs positional='rotary', got positional={spec.positional!r}")
+        _check_interleaving(spec)
         self.spec = spec
         self.num_heads = spec.num_heads
         self.sliding_window = spec.sliding_window
         self.positional = attention_positions(spec)
+        # Interleaved windows (sliding_window_pattern): the global layers' indices, and the sliding layers' own
+        # rotary positions (rope_local_theta); empty / None otherwise, and then every layer is prepared alike.
+        pattern = spec.sliding_window_pattern
+        self.global_layers = frozenset(i for i in range(spec.num_layers) if pattern and (i + 1) % pattern == 0)
+        self.local_positional = None
+        if spec.rope_local_theta is not None:
+            local = replace(spec, rope_theta=spec.rope_local_theta, rope_scaling=None)
+            self.local_positional = attention_positions(local)
         rotary = self.positional.rotary_embedding() if self.positional is not None else None
-        self.layers = nn.ModuleList(block(spec, rotary=rotary) for _ in range(spec.num_layers))
+        local_rotary = rotary if self.local_positional is None else self.local_positional.rotary_embedding()
+        self.layers = nn.ModuleList(
+            block(spec, rotary=rotary if i in self.global_layers else local_rotary) for i in range(spec.num_layers)
+        )
         self.activation_checkpointing = False  # recompute each block in backward (see the module's docstring)
         use_final_norm = spec.norm_first if spec.final_norm is None else spec.final_norm
         self.norm = (
@@ -82,11 +97,32 @@ class _Stack(nn.Module):
         past: int,
         positions: Tensor | None,
         names: tuple[str, str],
+    ) -> list[PreparedAttention]:
+        """Each layer's :class:`PreparedAttention` (one object for every layer but with interleaved windows)."""
+        args = (x, attn_mask, key_padding_mask, is_causal, need_weights, past, positions, names)
+        local = self.local_positional
+        sliding = self._prepare(*args, self.sliding_window, self.positional if local is None else local)
+        if not self.global_layers:
+            return [sliding] * len(self.layers)
+        full = self._prepare(*args, None, self.positional)
+        return [full if i in self.global_layers else sliding for i in range(len(self.layers))]
+
+    def _prepare(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+        past: int,
+        positions: Tensor | None,
+        names: tuple[str, str],
+        window: int | None,
+        pos: PositionalEncoding | None,
     ) -> PreparedAttention:
         if x.dim() != 3:
             raise ValueError(f"x must be [batch, seq, features], got shape {tuple(x.shape)}")
         batch, q_len = x.shape[0], x.shape[1]
-        pos = self.positional
         prepared = prepare_attention(
             attn_mask,
             key_padding_mask,
@@ -95,7 +131,7 @@ class _Stack(nn.Module):
             k_len=past + q_len,
             num_heads=self.num_heads,
             is_causal=is_causal,
-            window=self.sliding_window,
+            window=window,
             bias=None if pos is None else pos.attention_bias(q_len, past + q_len, x.device),
             need_weights=need_weights,
             dtype=x.dtype,
@@ -170,8 +206,8 @@ class TransformerEncoder(_Stack):
             x, attn_mask, key_padding_mask, is_causal, need_weights, 0, positions, ("attn_mask", "key_padding_mask")
         )
         maps: list[Tensor] = []
-        for layer in self.layers:
-            x, weights = self._call_layer(layer, x, need_weights=need_weights, prepared=prepared)
+        for layer, layer_prepared in zip(self.layers, prepared):
+            x, weights = self._call_layer(layer, x, need_weights=need_weights, prepared=layer_prepared)
             if weights is not None:
                 maps.append(weights)
         if self.norm is not None:
@@ -316,7 +352,7 @@ class TransformerDecoder(_Stack):
                 memory,
                 need_weights=need_weights,
                 cache=cache.layers[i] if cache is not None else None,
-                prepared_self=prepared_self,
+                prepared_self=prepared_self[i],
                 prepared_cross=prepared_cross,
             )
             if self_w is not None:
@@ -326,6 +362,21 @@ class TransformerDecoder(_Stack):
         if self.norm is not None:
             x = self.hook_norm(self.norm(x))
         return x, self_maps, cross_maps
+
+
+def _check_interleaving(spec: StackSpec) -> None:
+    """``sliding_window_pattern`` and ``rope_local_theta`` make sense only together with what they refine."""
+    pattern, local = spec.sliding_window_pattern, spec.rope_local_theta
+    if pattern is not None and (pattern < 2 or spec.sliding_window is None):
+        raise ValueError(
+            f"sliding_window_pattern={pattern} needs a sliding_window and a pattern >= 2 (every pattern-th layer "
+            "is global, the others slide); leave it None for the same window on every layer"
+        )
+    if local is not None and (pattern is None or spec.positional != "rotary" or not local > 0):
+        raise ValueError(
+            f"rope_local_theta={local} is the sliding layers' rotary base: it needs positional='rotary', a "
+            "sliding_window_pattern and a positive value; leave it None for one rotary base on every layer"
+        )
 
 
 def _memory_length(memory: Tensor | None, cache: DecoderCache | None) -> int | None:
