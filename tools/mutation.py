@@ -151,6 +151,13 @@ MODULES: dict[str, Module] = {
         ("tests/serve/test_engine.py", "tests/serve/test_engine_mutants.py"),
         timeout_multiplier=2.0,
     ),
+    # The continuous-batching decode loop the engine drives (models.generation.ContinuousBatch, moved out of the
+    # engine): its own tests and the engine's in-process ones.
+    "batch": Module(
+        "src/attnkit/models/generation/batch.py",
+        ("tests/models/test_generation_batch.py", "tests/serve/test_engine.py", "tests/serve/test_engine_mutants.py"),
+        timeout_multiplier=2.0,
+    ),
     # The HTTP app in-process only (create_app over a tiny model, FastAPI's TestClient): the tests of tests/serve
     # that start an `attnkit serve` process run it where mutmut does not see the functions called. Every test
     # builds its own app (mutmut gives a mutant of create_app only to the tests that called it).
