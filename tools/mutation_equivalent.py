@@ -299,3 +299,6 @@ EQUIVALENT |= {
     _DIFF + "18": "ids moved to no device instead of the model's: the same on the CPU the tests run on",
     **{_DIFF + str(i): _ALL_HOOKS for i in (59, 62, 66, 69)},
 }
+EQUIVALENT["attnkit.models.generation.batch.xǁContinuousBatchǁ_merge__mutmut_14"] = (
+    "_cache and _sampler are set together (None both, or neither): `and` and `or` agree"
+)

@@ -269,3 +269,27 @@ def test_a_request_the_batch_cannot_take_fails_alone_saying_why(model: LanguageM
     assert len(got.failed) == len(bad)
     for message, request in bad.items():
         assert got.failed[id(request)].startswith(message)
+
+
+def test_rows_left_after_a_request_leaves_its_prefill_join_reordered_and_trimmed(model: LanguageModel) -> None:
+    """A prefill whose longest prompt is a ``max_tokens=0`` request (its prompt's log-probabilities only): that
+    row leaves the prefill, the others' keys and values are reordered, the padding columns now common to them
+    trimmed, and they join a running batch; each row still gets its alone tokens and ends."""
+    running = Req([1, 5, 9, 11], SamplingParams(max_tokens=8, temperature=0.0))
+    short = Req([1, 12], SamplingParams(max_tokens=6, temperature=0.0, repetition_penalty=1.3))
+    echo_only = Req([3] * 14, SamplingParams(max_tokens=0, temperature=0.0), prompt_logprobs=True)
+    seeded = Req([1, 7, 3], SamplingParams(max_tokens=6, temperature=1.0, top_k=10, seed=4))
+    want = alone(model, [running, short, seeded])
+    batch = new_batch(model)
+    record = Record()
+    record.add(batch.admit([running]))
+    record.add(batch.step())
+    update = batch.admit([short, echo_only, seeded])  # echo_only's 14-token row leaves this prefill
+    assert [r for r in update.ended] == [echo_only] and [r for r, _ in update.prompts] == [echo_only]
+    assert [(row.request, row.index) for row in batch.rows] == [(running, 0), (short, 0), (seeded, 0)]
+    assert batch.width == 5  # the running row's 4 + 1 columns: the 14-token row's padding was trimmed
+    record.add(update)
+    while batch.rows:
+        record.add(batch.step())
+        batch.drop()
+    assert record.tokens == want.tokens and record.ends == want.ends and not record.failed
