@@ -29,7 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.errors import ConfigError
-from attnkit.interop.families.llama import llama_config, llama_ignored, llama_problems, normalize_llama_names
+from attnkit.interop.families.llama import (
+    decoder_end_rules,
+    llama_config,
+    llama_ignored,
+    llama_problems,
+    normalize_llama_names,
+)
 from attnkit.interop.family import Family, Reading
 from attnkit.interop.hfconfig import reading_config
 from attnkit.interop.weights import Rule
@@ -148,11 +154,7 @@ def gemma3_rules(config: LanguageModelConfig) -> list[Rule]:
     """How each tensor of a Gemma 3 :class:`LanguageModel` is made from the file (names without ``model.``)."""
     head_dim = config.head_dim or config.d_model // config.num_heads
     q_rows, kv_rows = config.num_heads * head_dim, (config.num_kv_heads or config.num_heads) * head_dim
-    rules = [
-        Rule("token_embedding.weight", ("embed_tokens.weight",)),
-        Rule("lm_head.weight", ("embed_tokens.weight",) if config.tie_weights else ("lm_head.weight",)),
-        Rule("decoder.norm.weight", ("norm.weight",)),
-    ]
+    rules = decoder_end_rules(config)
     for i in range(config.num_layers):
         src, dst = f"layers.{i}", f"decoder.layers.{i}"
         qkv = tuple(f"{src}.self_attn.{m}_proj.weight" for m in "qkv")

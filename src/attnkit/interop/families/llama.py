@@ -198,17 +198,23 @@ def llama_ignored(name: str) -> bool:
     return name.endswith("rotary_emb.inv_freq") or name.startswith(HEAD_PREFIXES)
 
 
+def decoder_end_rules(config: LanguageModelConfig) -> list[Rule]:
+    """The rules every Llama-style family shares outside its layers: the token embeddings, the output layer (the
+    embeddings again when tied) and the final norm."""
+    return [
+        Rule("token_embedding.weight", ("embed_tokens.weight",)),
+        Rule("lm_head.weight", ("embed_tokens.weight",) if config.tie_weights else ("lm_head.weight",)),
+        Rule("decoder.norm.weight", ("norm.weight",)),
+    ]
+
+
 def llama_rules(config: LanguageModelConfig) -> list[Rule]:
     """How each tensor of a Llama-family :class:`LanguageModel` is made from the file (names
     without the ``model.`` prefix; :func:`attnkit.interop.weights.export_state_dict` reverses it)."""
     head_dim = config.head_dim or config.d_model // config.num_heads
     q_rows, kv_rows = config.num_heads * head_dim, (config.num_kv_heads or config.num_heads) * head_dim
     qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
-    rules = [
-        Rule("token_embedding.weight", ("embed_tokens.weight",)),
-        Rule("lm_head.weight", ("embed_tokens.weight",) if config.tie_weights else ("lm_head.weight",)),
-        Rule("decoder.norm.weight", ("norm.weight",)),
-    ]
+    rules = decoder_end_rules(config)
     for i in range(config.num_layers):
         src, dst = f"layers.{i}", f"decoder.layers.{i}"
         params = ("weight", "bias") if qkv_bias else ("weight",)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnkit.interop.families.llama import decoder_family, llama_config, llama_problems
+from attnkit.interop.families.llama import decoder_end_rules, decoder_family, llama_config, llama_problems
 from attnkit.interop.family import Reading
 from attnkit.interop.weights import Rule
 from attnkit.models.lm import LanguageModelConfig
@@ -31,11 +31,7 @@ def phi3_config(hf: dict[str, Any], reading: Reading) -> LanguageModelConfig:
 
 def phi3_rules(config: LanguageModelConfig) -> list[Rule]:
     """How each tensor of a Phi-3 :class:`LanguageModel` is made from the file (names without ``model.``)."""
-    rules = [
-        Rule("token_embedding.weight", ("embed_tokens.weight",)),
-        Rule("lm_head.weight", ("embed_tokens.weight",) if config.tie_weights else ("lm_head.weight",)),
-        Rule("decoder.norm.weight", ("norm.weight",)),
-    ]
+    rules = decoder_end_rules(config)
     for i in range(config.num_layers):
         src, dst = f"layers.{i}", f"decoder.layers.{i}"
         rules += [
