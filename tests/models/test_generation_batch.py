@@ -15,6 +15,7 @@ import torch
 
 from attnkit.models.generation import ContinuousBatch, PrefixCache, SamplingParams, Update
 from attnkit.models.lm import LanguageModel, LanguageModelConfig
+from sampling_faults import BAD_SEED, failing_draws
 
 V = 40
 CONTEXT = 24
@@ -137,25 +138,6 @@ def test_the_batched_first_and_later_tokens_are_the_models_own(model: LanguageMo
     for request in reqs:
         ids = model.generate(torch.tensor([request.prompt]), 6, temperature=0.0, stop_at_eos=False)
         assert got.tokens[(id(request), 0)] == ids[0, len(request.prompt) :].tolist()
-
-
-BAD_SEED = 666
-
-
-def failing_draws(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
-    """The draws of the request seeded ``BAD_SEED`` raise from its ``at_call``-th on (1: its first token, chosen
-    with the others of its admission), as a NaN probability of that one request would."""
-    real, drawn = torch.multinomial, {"n": 0}
-
-    def multinomial(probs: torch.Tensor, num_samples: int, *args: Any, **kwargs: Any) -> torch.Tensor:
-        generator = kwargs.get("generator")
-        if generator is not None and generator.initial_seed() == BAD_SEED:
-            if drawn["n"] == at_call - 1:
-                raise RuntimeError("probability tensor contains either inf, nan or element < 0")
-            drawn["n"] += 1
-        return real(probs, num_samples, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", multinomial)
 
 
 @pytest.mark.parametrize("at_call", [1, 3])

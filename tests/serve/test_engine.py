@@ -12,6 +12,7 @@ import torch
 
 from attnkit.models.generation import SamplingError
 from attnkit.serve import Engine, Failed, Finished, Piece, SamplingParams
+from sampling_faults import BAD_SEED, failing_draws
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
 
@@ -292,30 +293,6 @@ def test_a_request_cancelled_mid_decode_leaves_the_batch_and_the_others_go_on(en
     assert sum(isinstance(e, Piece) for e in events) == 1  # nothing after the cancel
 
 
-BAD_SEED = 666
-
-
-def failing_sampler(monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
-    """Make the draws of the request seeded ``BAD_SEED`` raise from its ``at_call``-th draw on (1: in the
-    prefill), as a bad value of that one request would (a NaN probability: every later try raises too).
-
-    The draw is ``torch.multinomial`` inside the batched :meth:`Sampler.choose`, one per generator: the rows of
-    requests drawn before the bad one have drawn already when it raises, so the engine must set their
-    generators back before choosing each request alone."""
-    real = torch.multinomial
-    drawn = {"n": 0}
-
-    def multinomial(probs: torch.Tensor, num_samples: int, *args: Any, **kwargs: Any) -> torch.Tensor:
-        generator = kwargs.get("generator")
-        if generator is not None and generator.initial_seed() == BAD_SEED:
-            if drawn["n"] == at_call - 1:
-                raise RuntimeError("probability tensor contains either inf, nan or element < 0")
-            drawn["n"] += 1
-        return real(probs, num_samples, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", multinomial)
-
-
 @pytest.mark.parametrize("at_call", [1, 4])  # in the shared prefill, and mid-decode
 def test_a_request_whose_row_fails_fails_alone(pretrained: Any, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
     """One request's sampling raises (in the prefill it shares with others, or mid-decode next to a
@@ -328,7 +305,7 @@ def test_a_request_whose_row_fails_fails_alone(pretrained: Any, monkeypatch: pyt
     with Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[]) as alone_engine:
         alone_greedy = run(alone_engine, pretrained.encode_prompt(texts[0]), greedy).texts
         alone_seeded = run(alone_engine, pretrained.encode_prompt(texts[1]), seeded).texts
-    failing_sampler(monkeypatch, at_call)
+    failing_draws(monkeypatch, at_call)
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=8, stop_ids=[])
     streams, victim = [Collector(), Collector()], Collector()
     engine.submit(pretrained.encode_prompt(texts[0]), greedy, streams[0])

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 import torch
-from test_engine import BAD_SEED, Collector, failing_sampler, failure, run, wait_until
+from test_engine import Collector, failure, run, wait_until
 
 from attnkit.serve import Engine, Failed, Finished, Piece, Prompt, SamplingParams, TokenLogprob
+from sampling_faults import BAD_SEED, failing_draws
 
 TOL = 1e-5
 
@@ -227,7 +228,7 @@ def test_a_bad_request_among_requests_of_every_option_fails_alone(
         for name, params in good.items():
             engine.submit(ids, params, alone[name])
             alone[name].wait(params.n)
-    failing_sampler(monkeypatch, 3)
+    failing_draws(monkeypatch, 3)
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=16, stop_ids=[])
     sinks = {name: Events() for name in good}
     victim = Events()

@@ -9,20 +9,21 @@ import threading
 from typing import Any
 
 import pytest
-from test_engine import BAD_SEED, GREEDY, PROMPTS, Collector, failing_sampler, failure, run, wait_until
+from test_engine import GREEDY, PROMPTS, Collector, failure, run, wait_until
 
 from attnkit.models.generation import SamplingError
 from attnkit.nn import DecoderCache
 from attnkit.serve import Engine, Failed, Finished, Piece, Prompt, SamplingParams
+from sampling_faults import BAD_SEED, failing_draws
 
-PROBLEM = "probability tensor contains either inf, nan or element < 0"  # what failing_sampler raises
+PROBLEM = "probability tensor contains either inf, nan or element < 0"  # what failing_draws raises
 
 
 @pytest.mark.parametrize("at_call", [1, 3])  # in the prefill, mid-decode
 def test_a_failing_request_is_logged_with_its_traceback_and_told_why(
     pretrained: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, at_call: int
 ) -> None:
-    failing_sampler(monkeypatch, at_call)
+    failing_draws(monkeypatch, at_call)
     with Engine(pretrained.model, pretrained.tokenizer, stop_ids=[]) as engine:
         victim = Collector()
         engine.submit(pretrained.encode_prompt("The old owl"), SamplingParams(seed=BAD_SEED), victim)
